@@ -1,0 +1,1 @@
+"""Everything between routers: peer links, topology, gossip (grown by the mesh issue)."""

@@ -1,0 +1,1 @@
+"""MQTT 3.1.1 and 5.0 edge (grown by the MQTT issue)."""
