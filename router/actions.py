@@ -1,0 +1,95 @@
+"""What the delivery engine asks its runtime to do.
+
+The engine never touches a socket: every effect it wants is one of these small records,
+returned in order. The runtime (the AMQP or MQTT edge) applies them in that order; the order
+matters, for example a `SettleCopy` for an old copy comes before the `Send` that redelivers it
+under the same tag.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+ACCEPTED_NAME = "accepted"
+
+
+@dataclass(slots=True, frozen=True)
+class Accepted:
+    """The outcome a publisher gets when the mesh has accepted its message."""
+
+    def __str__(self) -> str:
+        return ACCEPTED_NAME
+
+
+ACCEPTED = Accepted()
+
+
+@dataclass(slots=True, frozen=True)
+class Rejected:
+    """A failure outcome. `condition` is an AMQP error symbol such as
+    `exactmesh:delivery-failed`; `description` is a sentence a person can act on;
+    `info` lists subscribers as `succeeded`, `failed` and `pending` (and why each failed)."""
+
+    condition: str
+    description: str
+    info: dict[str, Any] = field(default_factory=dict)
+
+    def __str__(self) -> str:
+        return f"rejected ({self.condition}): {self.description}"
+
+
+Outcome = Accepted | Rejected
+
+
+@dataclass(slots=True)
+class Send:
+    """Deliver one copy of a message on a subscriber link.
+
+    `attempt` is 0 for the first delivery and n for the n-th redelivery (the AMQP header's
+    delivery-count); `settled` means the copy goes pre-settled (at most once)."""
+
+    link: int
+    tag: bytes
+    payload: bytes
+    attempt: int
+    settled: bool
+
+
+@dataclass(slots=True)
+class SettleCopy:
+    """Settle the router's side of a copy sent earlier on a subscriber link (relayed
+    publisher settlement, a withdrawn or expired copy, or an old copy before a redelivery)."""
+
+    link: int
+    tag: bytes
+
+
+@dataclass(slots=True)
+class Decide:
+    """Tell a publisher the outcome of its delivery `tag`. The router leaves the delivery
+    unsettled: the publisher settles it, and that settlement is what the engine relays on."""
+
+    link: int
+    tag: bytes
+    outcome: Outcome
+
+
+@dataclass(slots=True)
+class Credit:
+    """Grant `amount` more credit to a publisher link."""
+
+    link: int
+    amount: int
+
+
+@dataclass(slots=True)
+class CloseLink:
+    """Close a link with an AMQP error condition (the client broke a rule)."""
+
+    link: int
+    condition: str
+    description: str
+
+
+Action = Send | SettleCopy | Decide | Credit | CloseLink

@@ -1,0 +1,485 @@
+"""The delivery engine: exactly-once publish-subscribe on one router, as a sans-IO state machine.
+
+Events come in as method calls (a publisher attached, a message arrived, a subscriber accepted,
+time passed); effects go out as `router.actions` records, collected with `take_actions()`.
+Nothing here reads a clock or touches a socket: time arrives as the `now` argument, so a test or
+a simulator can drive many engines deterministically.
+
+The rule it keeps (seed 004): a publisher's delivery is accepted only when every subscriber
+whose filter matched when the message arrived has accepted it (mode `all`), or when one has
+(mode `some`). The publisher then settles; that settlement is relayed to the subscribers and
+the record is forgotten once nobody needs it.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from .actions import (
+    ACCEPTED,
+    Action,
+    CloseLink,
+    Credit,
+    Decide,
+    Outcome,
+    Rejected,
+    Send,
+    SettleCopy,
+)
+from .records import (
+    ALL,
+    MODES,
+    Copy,
+    CopyState,
+    LinkIdentity,
+    Publisher,
+    Record,
+    Subscriber,
+    outgoing_tag,
+)
+from .topics import SubscriptionIndex
+
+QUEUED, SENT, ACCEPTED_STATE, FAILED, WITHDRAWN = (
+    CopyState.QUEUED,
+    CopyState.SENT,
+    CopyState.ACCEPTED,
+    CopyState.FAILED,
+    CopyState.WITHDRAWN,
+)
+
+DELIVERY_FAILED = "exactmesh:delivery-failed"
+NO_SUBSCRIBERS = "exactmesh:no-subscribers"
+TRANSFER_LIMIT = "amqp:link:transfer-limit-exceeded"
+
+
+class Disposition:
+    """What a subscriber said about a copy (the AMQP outcomes, protocol-neutral)."""
+
+    ACCEPTED = 1
+    REJECTED = 2
+    RELEASED = 3  # not processed: redeliver to it
+    MODIFIED = 4  # not processed, delivery-failed: redeliver to it
+    UNDELIVERABLE = 5  # modified with undeliverable-here: it will never take it
+
+
+@dataclass(slots=True)
+class EngineConfig:
+    router_id: str = "router"
+    no_subscribers: str = "accept"  # or "reject"
+    max_delivery_attempts: int = 5  # first delivery plus redeliveries to one subscriber
+    publisher_window: int = 256  # records one publisher link may hold in the router
+
+
+@dataclass(slots=True)
+class EngineStats:
+    received: int = 0
+    delivered: int = 0  # copies sent, redeliveries included
+    redelivered: int = 0
+    accepted: int = 0  # publisher deliveries decided accepted
+    rejected: int = 0
+    expired: int = 0
+    deleted: int = 0  # publisher settled before an outcome (the seed's DELETE)
+
+
+class Engine:
+    def __init__(self, config: EngineConfig | None = None) -> None:
+        self.config = config or EngineConfig()
+        self.stats = EngineStats()
+        self.publishers: dict[int, Publisher] = {}
+        self.subscribers: dict[int, Subscriber] = {}
+        self.records: dict[int, Record] = {}  # live records by sequence number
+        self._index: SubscriptionIndex[int] = SubscriptionIndex()
+        self._actions: list[Action] = []
+        self._seq = 0
+        self._expiry: list[tuple[float, int]] = []  # heap of (deadline, record seq)
+
+    # ------------------------------------------------------------------ plumbing
+
+    def take_actions(self) -> list[Action]:
+        """The effects produced since the last call, in the order they must be applied."""
+        actions, self._actions = self._actions, []
+        return actions
+
+    def next_deadline(self) -> float | None:
+        """When `tick` next has work to do (a message's ttl runs out), or None."""
+        heap = self._expiry
+        while heap and heap[0][1] not in self.records:
+            heapq.heappop(heap)
+        return heap[0][0] if heap else None
+
+    def find(self, delivery_id: str) -> Record | None:
+        """A live record by its delivery id (the outgoing tag in hex)."""
+        for rec in self.records.values():
+            if rec.id == delivery_id:
+                return rec
+        return None
+
+    def iter_records(self) -> Iterator[Record]:
+        return iter(self.records.values())
+
+    # ------------------------------------------------------------------ links
+
+    def attach_publisher(self, link: int, ident: LinkIdentity, address: str, mode: str) -> None:
+        """A client attached a link to send to topic `address` (already validated)."""
+        if mode not in MODES:
+            raise ValueError(f"delivery mode {mode!r} is not one of {MODES}")
+        label = ident.label(self.config.router_id)
+        pub = Publisher(link, ident, address, mode, label)
+        self.publishers[link] = pub
+        self._refill(pub, force=True)
+
+    def detach_publisher(self, link: int) -> None:
+        """The publisher's link is gone: nobody is left to tell an outcome to, so its
+        undecided messages stop being tracked (as if it had settled them early)."""
+        pub = self.publishers.pop(link, None)
+        if pub is None:
+            return
+        for rec in list(pub.records.values()):
+            self._publisher_done(rec)
+        pub.records.clear()
+
+    def attach_subscriber(
+        self, link: int, ident: LinkIdentity, topic_filter: str, presettled: bool = False
+    ) -> None:
+        """A client attached a link to receive messages matching `topic_filter`. It is owed
+        every message that arrives from now on; nothing published before."""
+        label = ident.label(self.config.router_id)
+        self.subscribers[link] = Subscriber(link, ident, topic_filter, label, presettled)
+        self._index.add(link, topic_filter)
+
+    def detach_subscriber(self, link: int) -> None:
+        """The subscriber left: whatever it had not accepted fails (it names the subscriber)."""
+        sub = self.subscribers.pop(link, None)
+        if sub is None:
+            return
+        self._index.remove(link)
+        touched = list(sub.inflight.values()) + list(sub.queue)
+        sub.inflight.clear()
+        sub.queue.clear()
+        for rec in touched:
+            copy = rec.copies.get(link)
+            if copy is None:
+                continue
+            copy.sub_settled = True  # the link is gone: nothing left to settle on it
+            if copy.state in (QUEUED, SENT):
+                self._fail(rec, copy, "detached before accepting it")
+        for rec in dict.fromkeys(touched):
+            self._decide(rec)
+            self._maybe_forget(rec)
+
+    def subscriber_credit(self, link: int, credit: int) -> None:
+        """The subscriber's link credit is now `credit` (as the edge reads it off the link)."""
+        sub = self.subscribers.get(link)
+        if sub is not None:
+            sub.credit = credit
+            self._pump(sub)
+
+    def has_queued(self, link: int) -> bool:
+        sub = self.subscribers.get(link)
+        return bool(sub and sub.queue)
+
+    # ------------------------------------------------------------------ messages
+
+    def message(
+        self,
+        link: int,
+        tag: bytes,
+        payload: bytes,
+        *,
+        settled: bool = False,
+        mode: str | None = None,
+        ttl_ms: int | None = None,
+        now: float = 0.0,
+    ) -> None:
+        """A publisher's delivery arrived whole. `mode` is the per-message override
+        (`x-opt-delivery-mode`), `ttl_ms` the header's time to live."""
+        pub = self.publishers.get(link)
+        if pub is None:
+            return
+        if pub.credit_out <= 0:
+            self._actions.append(
+                CloseLink(link, TRANSFER_LIMIT, "the link sent a message without credit")
+            )
+            return
+        pub.credit_out -= 1
+        if not settled and tag in pub.records:
+            self._actions.append(
+                CloseLink(
+                    link,
+                    "amqp:invalid-field",
+                    f"delivery tag {tag.hex()} is already in use by an unsettled delivery; "
+                    "tags must be unique among a link's unsettled deliveries",
+                )
+            )
+            return
+        self.stats.received += 1
+        if mode not in MODES:
+            mode = pub.mode
+        self._seq += 1
+        seq = self._seq
+        out_tag = outgoing_tag(pub.ident.container, pub.ident.name, tag)
+        expires = now + ttl_ms / 1000.0 if ttl_ms else None
+        rec = Record(seq, pub, tag, out_tag, payload, mode, settled, expires)
+        matched = self._index.match(pub.address)
+        if not matched:
+            self._no_subscribers(pub, rec)
+            return
+        self.records[seq] = rec
+        pub.live += 1
+        if not settled:
+            pub.records[tag] = rec
+        if expires is not None:
+            heapq.heappush(self._expiry, (expires, seq))
+        subscribers = self.subscribers
+        for sub_link in matched:
+            sub = subscribers[sub_link]
+            rec.copies[sub_link] = Copy(sub)
+            sub.queue.append(rec)
+        rec.pending = len(matched)
+        for sub_link in matched:
+            self._pump(subscribers[sub_link])
+
+    def refuse_message(
+        self, link: int, tag: bytes, condition: str, description: str, *, settled: bool
+    ) -> None:
+        """A publisher's delivery the edge could not make sense of (say, malformed): it is
+        rejected at once and delivered to nobody, but it used credit like any other."""
+        pub = self.publishers.get(link)
+        if pub is None:
+            return
+        pub.credit_out = max(0, pub.credit_out - 1)
+        if settled:
+            self._refill(pub)
+            return
+        self._seq += 1
+        rec = Record(self._seq, pub, tag, b"", b"", pub.mode, False, None)
+        rec.id = f"refused-{self._seq}"
+        self._hold_for_settlement(pub, rec, Rejected(condition, description, {}))
+
+    def copy_outcome(
+        self, link: int, tag: bytes, disposition: int, *, settled: bool, error: str = ""
+    ) -> None:
+        """A subscriber gave an outcome for (or settled) copy `tag`. `error` is the
+        subscriber's own description, passed on to the publisher when it rejected."""
+        sub = self.subscribers.get(link)
+        if sub is None:
+            return
+        rec = sub.inflight.get(tag)
+        if rec is None:
+            return  # a late answer for a copy already settled (expired, withdrawn)
+        copy = rec.copies[link]
+        if settled:
+            copy.sub_settled = True
+        if copy.state != SENT:
+            if settled:
+                del sub.inflight[tag]
+            return
+        if disposition == Disposition.ACCEPTED:
+            copy.state = ACCEPTED_STATE
+            rec.accepted += 1
+            rec.pending -= 1
+            if settled:
+                del sub.inflight[tag]
+        elif disposition in (Disposition.RELEASED, Disposition.MODIFIED):
+            self._settle_copy(sub, rec, copy)
+            if copy.attempts >= self.config.max_delivery_attempts:
+                self._fail(rec, copy, f"released it {copy.attempts} times without accepting")
+            else:
+                copy.state = QUEUED
+                sub.queue.appendleft(rec)  # a redelivery goes before anything newer
+                self._pump(sub)
+        else:
+            self._settle_copy(sub, rec, copy)
+            if disposition == Disposition.REJECTED:
+                why = f"rejected it ({error})" if error else "rejected it"
+            else:
+                why = "said it can never take it here (modified, undeliverable-here)"
+            self._fail(rec, copy, why)
+        self._decide(rec)
+        self._maybe_forget(rec)
+
+    def publisher_settled(self, link: int, tag: bytes) -> None:
+        """The publisher settled its delivery `tag`. After an outcome that is the normal end;
+        before one it is the seed's DELETE: stop tracking the message."""
+        pub = self.publishers.get(link)
+        if pub is None:
+            return
+        rec = pub.records.pop(tag, None)
+        if rec is not None:
+            self._publisher_done(rec)
+
+    def tick(self, now: float) -> None:
+        """Time is now `now`: fail copies of messages whose ttl ran out."""
+        heap = self._expiry
+        while heap and heap[0][0] <= now:
+            _, seq = heapq.heappop(heap)
+            rec = self.records.get(seq)
+            if rec is not None:
+                self._expire(rec)
+
+    # ------------------------------------------------------------------ internals
+
+    def _pump(self, sub: Subscriber) -> None:
+        """Send queued copies while the subscriber has credit."""
+        queue = sub.queue
+        link = sub.link
+        actions = self._actions
+        while sub.credit > 0 and queue:
+            rec = queue.popleft()
+            copy = rec.copies.get(link)
+            if copy is None or copy.state != QUEUED:
+                continue  # withdrawn or expired while it waited
+            attempt = copy.attempts
+            copy.attempts += 1
+            sub.credit -= 1
+            self.stats.delivered += 1
+            if attempt:
+                self.stats.redelivered += 1
+            if rec.presettled or sub.presettled:
+                # At most once: nothing will come back for this copy.
+                actions.append(Send(link, rec.out_tag, rec.payload, attempt, True))
+                copy.state = ACCEPTED_STATE
+                copy.sub_settled = True
+                rec.accepted += 1
+                rec.pending -= 1
+                self._decide(rec)
+                self._maybe_forget(rec)
+            else:
+                copy.state = SENT
+                copy.sub_settled = False  # a redelivery is a new transfer to settle
+                sub.inflight[rec.out_tag] = rec
+                actions.append(Send(link, rec.out_tag, rec.payload, attempt, False))
+
+    def _fail(self, rec: Record, copy: Copy, reason: str) -> None:
+        copy.state = FAILED
+        copy.reason = reason
+        rec.failed += 1
+        rec.pending -= 1
+
+    def _settle_copy(self, sub: Subscriber, rec: Record, copy: Copy) -> None:
+        """Settle the router's side of a sent copy, once."""
+        if sub.inflight.pop(rec.out_tag, None) is not None and not copy.sub_settled:
+            self._actions.append(SettleCopy(sub.link, rec.out_tag))
+        copy.sub_settled = True
+
+    def _decide(self, rec: Record) -> None:
+        """Tell the publisher as soon as its outcome is certain."""
+        if rec.outcome is not None or rec.presettled:
+            return
+        n = len(rec.copies)
+        if rec.mode == ALL:
+            if rec.failed:
+                outcome = self._failure(rec)
+            elif rec.accepted == n:
+                outcome = ACCEPTED
+            else:
+                return
+        elif rec.accepted:
+            outcome = ACCEPTED
+        elif rec.failed == n:
+            outcome = self._failure(rec)
+        else:
+            return
+        rec.outcome = outcome
+        if outcome is ACCEPTED:
+            self.stats.accepted += 1
+        else:
+            self.stats.rejected += 1
+        pub = rec.publisher
+        if pub is not None and not rec.pub_settled:
+            self._actions.append(Decide(pub.link, rec.pub_tag, outcome))
+
+    def _failure(self, rec: Record) -> Rejected:
+        status = rec.status()
+        reasons = {
+            c.sub.label: c.reason for c in rec.copies.values() if c.state == FAILED
+        }
+        failed = "; ".join(f"{who} {why}" for who, why in reasons.items())
+        n = len(rec.copies)
+        need = "every subscriber" if rec.mode == ALL else "at least one subscriber"
+        description = (
+            f"message {rec.id} to {rec.address!r} failed for {len(reasons)} of {n} "
+            f"subscriber(s): {failed}. Delivery mode {rec.mode!r} needs {need} to accept; "
+            f"see info for who succeeded, failed and is still pending"
+        )
+        info = dict(status, reasons=reasons, delivery_id=rec.id, mode=rec.mode)
+        return Rejected(DELIVERY_FAILED, description, info)
+
+    def _no_subscribers(self, pub: Publisher, rec: Record) -> None:
+        if rec.presettled:
+            self._refill(pub)
+            return
+        if self.config.no_subscribers == "reject":
+            outcome: Outcome = Rejected(
+                NO_SUBSCRIBERS,
+                f"no subscriber matches topic {pub.address!r}; subscribe first, or set the "
+                f"router's no-subscribers policy to 'accept'",
+                {"succeeded": [], "failed": [], "pending": [], "delivery_id": rec.id},
+            )
+            self.stats.rejected += 1
+        else:
+            outcome = ACCEPTED
+            self.stats.accepted += 1
+        self._hold_for_settlement(pub, rec, outcome)
+
+    def _hold_for_settlement(self, pub: Publisher, rec: Record, outcome: Outcome) -> None:
+        """Decide at once, and keep the record until the publisher settles so that its
+        settlement finds it (and its credit comes back then, not before)."""
+        rec.outcome = outcome
+        self.records[rec.seq] = rec
+        pub.live += 1
+        pub.records[rec.pub_tag] = rec
+        self._actions.append(Decide(pub.link, rec.pub_tag, outcome))
+
+    def _publisher_done(self, rec: Record) -> None:
+        """The publisher settled (or left). Without an outcome yet, the message is no longer
+        tracked: copies not sent are withdrawn, copies sent are settled."""
+        rec.pub_settled = True
+        if rec.outcome is None:
+            self.stats.deleted += 1
+            for copy in rec.copies.values():
+                if copy.state == QUEUED:
+                    copy.state = WITHDRAWN
+                    rec.pending -= 1
+                elif copy.state == SENT:
+                    self._settle_copy(copy.sub, rec, copy)
+                    copy.state = WITHDRAWN
+                    rec.pending -= 1
+        self._maybe_forget(rec)
+
+    def _expire(self, rec: Record) -> None:
+        self.stats.expired += 1
+        for copy in rec.copies.values():
+            if copy.state == QUEUED:
+                self._fail(rec, copy, "did not get it before its ttl ran out")
+            elif copy.state == SENT:
+                self._settle_copy(copy.sub, rec, copy)
+                self._fail(rec, copy, "did not accept it before its ttl ran out")
+        self._decide(rec)
+        self._maybe_forget(rec)
+
+    def _maybe_forget(self, rec: Record) -> None:
+        """Forget a record once its publisher settled and no copy is still owed."""
+        if rec.pending or not rec.pub_settled or rec.seq not in self.records:
+            return
+        del self.records[rec.seq]
+        for copy in rec.copies.values():
+            if not copy.sub_settled and copy.state == ACCEPTED_STATE:
+                # Relay the publisher's settlement to a subscriber still waiting for it.
+                self._settle_copy(copy.sub, rec, copy)
+        pub = rec.publisher
+        if pub is not None:
+            pub.live -= 1
+            if pub.link in self.publishers:
+                self._refill(pub)
+
+    def _refill(self, pub: Publisher, force: bool = False) -> None:
+        """Keep the publisher's credit plus its live records at the window; grant in
+        batches so that a busy link does not cost a flow frame per message."""
+        window = self.config.publisher_window
+        room = window - pub.live - pub.credit_out
+        if room > 0 and (force or room >= max(1, window // 4)):
+            pub.credit_out += room
+            self._actions.append(Credit(pub.link, room))

@@ -1,0 +1,169 @@
+"""The state the delivery engine keeps: delivery records, subscribers and publishers.
+
+A `Record` is the seed design's delivery record: the message, its publisher, the publisher's
+tag, the outgoing (disambiguated) tag, and one `Copy` per subscriber that matched when the
+message arrived. `peers` is the room the mesh keeps for per-router state.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections import deque
+from dataclasses import dataclass
+from enum import IntEnum
+
+from .actions import Outcome
+
+ALL = "all"
+SOME = "some"
+MODES = (ALL, SOME)
+
+
+class CopyState(IntEnum):
+    """Where one subscriber's copy of a message stands."""
+
+    QUEUED = 0  # waiting for the subscriber's credit (or for its turn)
+    SENT = 1  # on the wire, outcome not known yet (in doubt)
+    ACCEPTED = 2
+    FAILED = 3  # rejected, too many attempts, expired, or the subscriber left
+    WITHDRAWN = 4  # the publisher stopped tracking the message (settled it early)
+
+
+TERMINAL = (CopyState.ACCEPTED, CopyState.FAILED, CopyState.WITHDRAWN)
+
+
+def outgoing_tag(container: str, link_name: str, tag: bytes) -> bytes:
+    """The tag subscribers see: a 16-byte digest of the publisher's identity and its own tag,
+    written as 32 hex characters.
+
+    Any router computes the same tag for the same publisher delivery, so after a failover a
+    resumed subscriber and the new router agree on it without a per-message mapping, and it
+    fits AMQP's 32-byte limit whatever the publisher's tag and names are. Hex rather than raw
+    bytes because proton's Python binding decodes delivery tags as UTF-8 and fails on others."""
+    h = hashlib.blake2b(digest_size=16)
+    h.update(container.encode())
+    h.update(b"\x00")
+    h.update(link_name.encode())
+    h.update(b"\x00")
+    h.update(tag)
+    return h.hexdigest().encode()
+
+
+@dataclass(slots=True, frozen=True)
+class LinkIdentity:
+    """A client link's identity in the mesh: the container-id and link name."""
+
+    container: str
+    name: str
+
+    def label(self, router_id: str) -> str:
+        return f"{self.container}/{self.name}@{router_id}"
+
+
+class Subscriber:
+    __slots__ = ("credit", "filter", "ident", "inflight", "label", "link", "presettled", "queue")
+
+    def __init__(
+        self, link: int, ident: LinkIdentity, topic_filter: str, label: str, presettled: bool
+    ) -> None:
+        self.link = link
+        self.ident = ident
+        self.filter = topic_filter
+        self.label = label
+        # A subscriber that asked for pre-settled transfers is at-most-once: its copy counts
+        # as accepted when sent, since it will never send an outcome.
+        self.presettled = presettled
+        self.credit = 0
+        # Records waiting to be sent, in publish order per publisher; redeliveries go first.
+        self.queue: deque[Record] = deque()
+        # Copies sent and not yet settled on the router's side, by outgoing tag.
+        self.inflight: dict[bytes, Record] = {}
+
+
+class Publisher:
+    __slots__ = ("address", "credit_out", "ident", "label", "link", "live", "mode", "records")
+
+    def __init__(self, link: int, ident: LinkIdentity, address: str, mode: str, label: str):
+        self.link = link
+        self.ident = ident
+        self.address = address
+        self.mode = mode
+        self.label = label
+        self.live = 0  # records of this link not yet forgotten: the memory the link holds
+        self.credit_out = 0  # credit granted and not yet used
+        # Records whose publisher has not settled yet, by the publisher's tag.
+        self.records: dict[bytes, Record] = {}
+
+
+class Copy:
+    __slots__ = ("attempts", "reason", "state", "sub", "sub_settled")
+
+    def __init__(self, sub: Subscriber) -> None:
+        self.sub = sub
+        self.state = CopyState.QUEUED
+        self.attempts = 0  # deliveries so far, counting the first
+        self.reason = ""  # why it failed, for the publisher's outcome
+        self.sub_settled = False  # the subscriber settled its side
+
+
+class Record:
+    __slots__ = (
+        "accepted",
+        "address",
+        "copies",
+        "expires",
+        "failed",
+        "id",
+        "mode",
+        "out_tag",
+        "outcome",
+        "payload",
+        "peers",
+        "pending",
+        "presettled",
+        "pub_settled",
+        "pub_tag",
+        "publisher",
+        "seq",
+    )
+
+    def __init__(
+        self,
+        seq: int,
+        publisher: Publisher,
+        pub_tag: bytes,
+        out_tag: bytes,
+        payload: bytes,
+        mode: str,
+        presettled: bool,
+        expires: float | None,
+    ) -> None:
+        self.seq = seq
+        self.publisher: Publisher | None = publisher  # None once its link is gone
+        self.pub_tag = pub_tag
+        self.out_tag = out_tag
+        self.id = out_tag.decode()  # the delivery id operators and status queries use
+        self.payload = payload
+        self.address = publisher.address
+        self.mode = mode
+        self.presettled = presettled
+        self.expires = expires
+        self.copies: dict[int, Copy] = {}  # by subscriber link
+        self.pending = 0  # copies not yet in a terminal state
+        self.accepted = 0
+        self.failed = 0
+        self.outcome: Outcome | None = None
+        self.pub_settled = presettled
+        self.peers: dict[str, int] = {}  # per-peer-router state, filled by the mesh
+
+    def status(self) -> dict[str, list[str]]:
+        """Subscribers by where they stand: the seed's STATUS answer."""
+        out: dict[str, list[str]] = {"succeeded": [], "failed": [], "pending": []}
+        for copy in self.copies.values():
+            if copy.state == CopyState.ACCEPTED:
+                out["succeeded"].append(copy.sub.label)
+            elif copy.state == CopyState.FAILED:
+                out["failed"].append(copy.sub.label)
+            elif copy.state != CopyState.WITHDRAWN:
+                out["pending"].append(copy.sub.label)
+        return out
