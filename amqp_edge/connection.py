@@ -1,0 +1,400 @@
+"""One AMQP 1.0 client connection: proton's engine fed with bytes, its events turned into
+delivery-engine calls, and the engine's actions applied back onto proton.
+
+No sockets here: `amqp_edge.server` reads bytes into `transport` and writes out what it has
+pending. Control events (open, attach, detach, close) use proton's Python objects; the
+per-message events (a transfer, a disposition, a flow) go through `amqp_edge.pn`.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any
+
+from proton import (
+    Collector,
+    Condition,
+    Connection,
+    Delivery,
+    Endpoint,
+    Event,
+    Link,
+    Transport,
+    symbol,
+)
+
+from router.actions import Accepted, CloseLink, Credit, Decide, Send, SettleCopy
+from router.engine import Disposition
+from router.records import ALL, MODES, LinkIdentity
+from router.topics import TopicError, validate_filter, validate_topic
+
+from . import pn
+from .sections import MalformedMessage, scan, with_redelivery
+
+if TYPE_CHECKING:
+    from router.node import Node
+
+log = logging.getLogger("exactmesh.amqp")
+
+DELIVERY_MODE_PROPERTY = symbol("delivery-mode")
+INVALID_FIELD = "amqp:invalid-field"
+NOT_IMPLEMENTED = "amqp:not-implemented"
+SIZE_EXCEEDED = "amqp:link:message-size-exceeded"
+DECODE_ERROR = "amqp:decode-error"
+DETACH_FORCED = "amqp:link:detach-forced"
+CONNECTION_FORCED = "amqp:connection:forced"
+INTERNAL_ERROR = "amqp:internal-error"
+
+_REMOTE_DISPOSITION = {
+    pn.ACCEPTED: Disposition.ACCEPTED,
+    pn.REJECTED: Disposition.REJECTED,
+    pn.RELEASED: Disposition.RELEASED,
+    pn.MODIFIED: Disposition.MODIFIED,
+}
+
+
+class LinkState:
+    """What the edge keeps per attached client link."""
+
+    __slots__ = ("deliveries", "id", "is_publisher", "label", "link", "ptr", "settle_first")
+
+    def __init__(self, link: Link, link_id: int, is_publisher: bool, label: str) -> None:
+        self.link = link
+        self.ptr = pn.impl(link)
+        self.id = link_id
+        self.is_publisher = is_publisher
+        self.label = label
+        # A publisher link in rcv-settle-mode first (AMQP 2.8.3, the clients' default): the
+        # router settles when it sends the outcome. In mode second it leaves that to the
+        # publisher, whose settlement it then relays (the seed design's scheme).
+        self.settle_first = True
+        # Unsettled deliveries by tag: a publisher's awaiting its settlement, or the copies
+        # sent to a subscriber awaiting the router's settlement.
+        self.deliveries: dict[bytes, Any] = {}
+
+
+class AmqpConnection:
+    def __init__(self, node: Node, peer: str) -> None:
+        self.node = node
+        self.engine = node.engine
+        self.peer = peer
+        cfg = node.config
+        self.max_message_size = cfg.max_message_size
+        self.transport = Transport(Transport.SERVER)
+        self.transport.idle_timeout = cfg.idle_timeout
+        self.transport.sasl().allowed_mechs("ANONYMOUS")
+        self.connection = Connection()
+        self.connection.container = f"exactmesh-{cfg.id}"
+        self.collector = Collector()
+        self.connection.collect(self.collector)
+        self.transport.bind(self.connection)
+        self._collector = pn.impl(self.collector)
+        self.links: dict[Any, LinkState] = {}  # by link pointer
+        # A publisher's unsettled deliveries, by delivery pointer: seeing one again means
+        # the publisher settled it (or changed its state).
+        self.incoming: dict[Any, tuple[LinkState, bytes]] = {}
+        self._drain_check: set[LinkState] = set()
+        self.on_output: Any = None  # set by the server: wakes the writer
+
+    # ------------------------------------------------------------------ events
+
+    def process(self) -> None:
+        """Handle every event proton has for us, then apply the engine's actions."""
+        coll = self._collector
+        peek, pop, etype = pn.collector_peek, pn.collector_pop, pn.event_type
+        while True:
+            ev = peek(coll)
+            if not ev:
+                break
+            kind = etype(ev)
+            try:
+                if kind == pn.DELIVERY:
+                    self._on_delivery(pn.event_delivery(ev))
+                elif kind == pn.LINK_FLOW:
+                    self._on_flow(pn.event_link(ev))
+                else:
+                    self._on_control(Event.wrap(ev))
+            finally:
+                pop(coll)
+        self.node.flush()
+        self._finish_drains()
+        self._output()  # proton may have frames to send even when the engine did nothing
+
+    def _on_control(self, event: Event) -> None:
+        t = event.type
+        if t == Event.CONNECTION_REMOTE_OPEN:
+            if self.connection.state & Endpoint.LOCAL_UNINIT:
+                self.connection.open()
+        elif t == Event.SESSION_REMOTE_OPEN:
+            if event.session.state & Endpoint.LOCAL_UNINIT:
+                event.session.open()
+        elif t == Event.LINK_REMOTE_OPEN:
+            if event.link.state & Endpoint.LOCAL_UNINIT:
+                self._on_attach(event.link)
+        elif t in (Event.LINK_REMOTE_CLOSE, Event.LINK_REMOTE_DETACH):
+            self._on_detach(event.link)
+        elif t == Event.SESSION_REMOTE_CLOSE:
+            for ls in [ls for ls in self.links.values() if ls.link.session == event.session]:
+                self._forget(ls)
+            event.session.close()
+        elif t == Event.CONNECTION_REMOTE_CLOSE:
+            self.connection.close()
+        elif t == Event.TRANSPORT_ERROR:
+            cond = self.transport.condition
+            if cond is not None:
+                log.warning("connection %s: %s: %s", self.peer, cond.name, cond.description)
+
+    def _on_attach(self, link: Link) -> None:
+        container = link.connection.remote_container or ""
+        ident = LinkIdentity(container, link.name)
+        try:
+            if link.is_receiver:
+                self._attach_publisher(link, ident)
+            else:
+                self._attach_subscriber(link, ident)
+        except TopicError as err:
+            self._refuse(link, INVALID_FIELD, str(err))
+
+    def _attach_publisher(self, link: Link, ident: LinkIdentity) -> None:
+        address = link.remote_target.address
+        if link.remote_target.dynamic:
+            self._refuse(link, NOT_IMPLEMENTED, "dynamic targets are not supported; "
+                         "attach a sender whose target address is a topic")
+            return
+        validate_topic(address or "")
+        props = link.remote_properties or {}
+        mode = str(props.get(DELIVERY_MODE_PROPERTY, ALL))
+        if mode not in MODES:
+            self._refuse(link, INVALID_FIELD, f"link property delivery-mode={mode!r} is not "
+                         f"one of {', '.join(MODES)}")
+            return
+        link.target.address = address
+        link.source.copy(link.remote_source)
+        link.rcv_settle_mode = link.remote_rcv_settle_mode
+        link.max_message_size = self.max_message_size
+        link.open()
+        ls = self._register(link, True, ident)
+        ls.settle_first = link.remote_rcv_settle_mode != Link.RCV_SECOND
+        self.engine.attach_publisher(ls.id, ident, address, mode)
+        log.debug("publisher %s attached to %s (mode %s)", ls.label, address, mode)
+
+    def _attach_subscriber(self, link: Link, ident: LinkIdentity) -> None:
+        source = link.remote_source
+        if source.dynamic:
+            self._refuse(link, NOT_IMPLEMENTED, "dynamic sources are not supported; "
+                         "attach a receiver whose source address is a topic filter")
+            return
+        topic_filter = validate_filter(source.address or "")
+        presettled = link.remote_snd_settle_mode == Link.SND_SETTLED
+        link.source.address = topic_filter
+        link.target.copy(link.remote_target)
+        link.snd_settle_mode = Link.SND_SETTLED if presettled else Link.SND_UNSETTLED
+        link.open()
+        ls = self._register(link, False, ident)
+        self.engine.attach_subscriber(ls.id, ident, topic_filter, presettled=presettled)
+        log.debug("subscriber %s attached with filter %s", ls.label, topic_filter)
+
+    def _register(self, link: Link, is_publisher: bool, ident: LinkIdentity) -> LinkState:
+        link_id = self.node.new_link_id()
+        ls = LinkState(link, link_id, is_publisher, ident.label(self.node.config.id))
+        self.links[ls.ptr] = ls
+        self.node.register_link(link_id, self, ls)
+        return ls
+
+    def _refuse(self, link: Link, condition: str, description: str) -> None:
+        """Refuse an attach: answer it, then detach at once with the reason (AMQP 2.6.3)."""
+        log.warning("connection %s: refused link %r: %s", self.peer, link.name, description)
+        link.open()
+        link.condition = Condition(condition, description)
+        link.close()
+
+    def _on_detach(self, link: Link) -> None:
+        ls = self.links.get(pn.impl(link))
+        if ls is not None:
+            self._forget(ls)
+        if not link.state & Endpoint.LOCAL_CLOSED:
+            link.close()
+
+    def _forget(self, ls: LinkState) -> None:
+        """The link is gone: tell the engine, drop what we kept for it."""
+        if self.links.pop(ls.ptr, None) is None:
+            return
+        self.node.forget_link(ls.id)
+        if ls.is_publisher:
+            for d in ls.deliveries.values():
+                self.incoming.pop(d, None)
+            self.engine.detach_publisher(ls.id)
+        else:
+            self.engine.detach_subscriber(ls.id)
+        ls.deliveries.clear()
+        self._drain_check.discard(ls)
+
+    def _on_delivery(self, d: Any) -> None:
+        link = pn.delivery_link(d)
+        ls = self.links.get(link)
+        if ls is None:
+            if pn.remote_settled(d):
+                pn.settle(d)
+            return
+        if ls.is_publisher:
+            self._on_publisher_delivery(ls, link, d)
+        else:
+            self._on_subscriber_disposition(ls, d)
+
+    def _on_publisher_delivery(self, ls: LinkState, link: Any, d: Any) -> None:
+        known = self.incoming.get(d)
+        if known is not None:
+            if pn.remote_settled(d):
+                del self.incoming[d]
+                ls.deliveries.pop(known[1], None)
+                pn.settle(d)
+                self.engine.publisher_settled(ls.id, known[1])
+            return
+        if d != pn.link_current(link):
+            return  # an update to a delivery we already dealt with (refused, aborted)
+        if pn.delivery_aborted(d):
+            pn.settle(d)  # the sender gave up on it mid-transfer: nothing to deliver
+            pn.link_advance(link)
+            return
+        size = pn.delivery_pending(d)
+        if size > self.max_message_size:
+            self._close_link(ls, SIZE_EXCEEDED, f"message of at least {size} bytes exceeds "
+                             f"this router's max-message-size of {self.max_message_size} bytes; "
+                             "send smaller messages or raise max-message-size")
+            return
+        if pn.delivery_partial(d):
+            return  # more frames to come
+        payload = pn.receive(link, size)
+        tag = pn.tag(d)
+        settled = bool(pn.remote_settled(d))
+        pn.link_advance(link)
+        if settled:
+            pn.settle(d)
+        else:
+            self.incoming[d] = (ls, tag)
+            ls.deliveries[tag] = d
+        try:
+            info = scan(payload)
+        except MalformedMessage as err:
+            self.engine.refuse_message(ls.id, tag, DECODE_ERROR,
+                                       f"message is not well-formed AMQP: {err}", settled=settled)
+            return
+        self.engine.message(ls.id, tag, payload, settled=settled, mode=info.delivery_mode,
+                            ttl_ms=info.ttl_ms, now=self.node.now())
+
+    def _on_subscriber_disposition(self, ls: LinkState, d: Any) -> None:
+        state = pn.remote_state(d)
+        settled = bool(pn.remote_settled(d))
+        if not settled and state not in _REMOTE_DISPOSITION:
+            return  # no outcome yet (received state, or nothing)
+        tag = pn.tag(d)
+        disposition = _REMOTE_DISPOSITION.get(state, Disposition.RELEASED)
+        error = ""
+        if state == pn.MODIFIED and pn.remote_undeliverable(d):
+            disposition = Disposition.UNDELIVERABLE
+        elif state == pn.REJECTED:
+            error = pn.remote_error(d)
+        if settled:
+            # Settle our side before the engine answers: a redelivery reuses the tag.
+            ls.deliveries.pop(tag, None)
+            pn.settle(d)
+        self.engine.copy_outcome(ls.id, tag, disposition, settled=settled, error=error)
+
+    def _on_flow(self, link: Any) -> None:
+        ls = self.links.get(link)
+        if ls is None or ls.is_publisher:
+            return
+        self.engine.subscriber_credit(ls.id, pn.link_credit(link))
+        if pn.link_drain(link):
+            self._drain_check.add(ls)
+
+    def _finish_drains(self) -> None:
+        """A subscriber asked to drain: once nothing is queued for it, give its credit back."""
+        if not self._drain_check:
+            return
+        for ls in list(self._drain_check):
+            if not self.engine.has_queued(ls.id):
+                pn.link_drained(ls.ptr)
+                self.engine.subscriber_credit(ls.id, pn.link_credit(ls.ptr))
+                self._drain_check.discard(ls)
+
+    # ------------------------------------------------------------------ actions
+
+    def apply(self, ls: LinkState, action: Any) -> None:
+        """Carry out one engine action on one of this connection's links."""
+        kind = type(action)
+        if kind is Send:
+            payload = action.payload
+            if action.attempt:
+                payload = with_redelivery(payload, action.attempt)
+            d = pn.send(ls.ptr, action.tag, payload, action.settled)
+            if not action.settled:
+                ls.deliveries[action.tag] = d
+        elif kind is SettleCopy:
+            d = ls.deliveries.pop(action.tag, None)
+            if d is not None:
+                pn.settle(d)
+        elif kind is Decide:
+            d = ls.deliveries.get(action.tag)
+            if d is not None:
+                if type(action.outcome) is Accepted:
+                    pn.accept(d)
+                else:
+                    self._reject(d, action.outcome)
+                if ls.settle_first:
+                    del ls.deliveries[action.tag]
+                    self.incoming.pop(d, None)
+                    pn.settle(d)
+                    self.engine.publisher_settled(ls.id, action.tag)
+        elif kind is Credit:
+            pn.link_flow(ls.ptr, action.amount)
+        elif kind is CloseLink:
+            self._close_link(ls, action.condition, action.description)
+        self._output()
+
+    def _reject(self, d: Any, outcome: Any) -> None:
+        delivery = Delivery.wrap(d)
+        info = {symbol(k): v for k, v in outcome.info.items()}
+        delivery.local.condition = Condition(outcome.condition, outcome.description, info)
+        delivery.update(Delivery.REJECTED)
+
+    def _close_link(self, ls: LinkState, condition: str, description: str) -> None:
+        log.warning("connection %s: closing link %s: %s", self.peer, ls.label, description)
+        link = ls.link
+        self._forget(ls)
+        link.condition = Condition(condition, description)
+        link.close()
+
+    def shutdown(self, description: str) -> None:
+        """Close every link and the connection, saying why (the router is stopping)."""
+        for ls in list(self.links.values()):
+            link = ls.link
+            self._forget(ls)
+            link.condition = Condition(DETACH_FORCED, description)
+            link.close()
+        self.connection.condition = Condition(CONNECTION_FORCED, description)
+        self.connection.close()
+        self.node.flush()
+        self._output()
+
+    def abort(self, description: str) -> None:
+        """An internal error on this connection: close it without harming the others."""
+        try:
+            for ls in list(self.links.values()):
+                self._forget(ls)
+            self.connection.condition = Condition(INTERNAL_ERROR, description)
+            self.connection.close()
+        finally:
+            self.node.flush()
+            self._output()
+
+    def closed(self) -> None:
+        """The socket is gone: every link of this connection detaches."""
+        for ls in list(self.links.values()):
+            self._forget(ls)
+        self.incoming.clear()
+        self.node.flush()
+
+    def _output(self) -> None:
+        if self.on_output is not None:
+            self.on_output()

@@ -1,0 +1,120 @@
+"""The `exactmesh` command.
+
+    exactmesh router --id A --amqp 127.0.0.1:5672 [--config router.toml] [options]
+    exactmesh demo [--messages N] [--subscribers K]
+
+Errors in the command line or the configuration, and a port already in use, print one line
+naming the problem and exit with status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import errno
+import logging
+import sys
+from collections.abc import Sequence
+
+import trio
+
+from .config import OPTIONS, ConfigError, RouterConfig, build, load_toml
+
+EXIT_USAGE = 2
+
+
+def _router_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "router",
+        help="run a router",
+        description="Run one exactmesh router. Every option can also be set in the TOML "
+        "file given with --config (same names, e.g. max-message-size = 65536); flags win.",
+    )
+    p.add_argument("--config", metavar="FILE", help="TOML file with router options")
+    p.add_argument("--id", help="this router's id in the mesh (required)")
+    p.add_argument("--amqp", metavar="HOST:PORT", help="where to accept AMQP 1.0 clients")
+    p.add_argument("--no-subscribers", choices=["accept", "reject"],
+                   help="outcome for a message no subscriber matches (default accept)")
+    p.add_argument("--max-message-size", type=int, metavar="BYTES",
+                   help="largest message accepted (default 1048576)")
+    p.add_argument("--publisher-window", type=int, metavar="N",
+                   help="messages one publisher link may have in the router (default 256)")
+    p.add_argument("--max-delivery-attempts", type=int, metavar="N",
+                   help="deliveries to one subscriber before it counts as failed (default 5)")
+    p.add_argument("--idle-timeout", type=float, metavar="SECONDS",
+                   help="AMQP idle timeout for client connections (default 16)")
+    p.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
+
+
+def _demo_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("demo", help="run a local router with publishers and subscribers and "
+                       "print a delivery report")
+    p.add_argument("--messages", type=int, default=2000)
+    p.add_argument("--subscribers", type=int, default=3)
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="exactmesh", description="exactly-once pub-sub mesh")
+    sub = p.add_subparsers(dest="command", required=True)
+    _router_parser(sub)
+    _demo_parser(sub)
+    return p
+
+
+def router_config(args: argparse.Namespace) -> RouterConfig:
+    file_options = load_toml(args.config) if args.config else {}
+    flags = {name: getattr(args, field, None) for name, (field, _, _) in OPTIONS.items()}
+    return build(file_options, flags)
+
+
+def run_router(config: RouterConfig) -> int:
+    from .node import Node
+
+    logging.basicConfig(
+        level=config.log_level.upper(),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    try:
+        trio.run(Node(config).run)
+    except (OSError, BaseExceptionGroup) as exc:
+        err = _listen_error(exc)
+        if err is None:
+            raise
+        print(f"exactmesh: error: cannot listen on {config.amqp} for AMQP: "
+              f"{err.strerror}; choose another --amqp address", file=sys.stderr)
+        return EXIT_USAGE
+    return 0
+
+
+def _listen_error(exc: BaseException) -> OSError | None:
+    """The bind failure inside whatever exception groups trio wrapped it in."""
+    if isinstance(exc, OSError):
+        if exc.errno in (errno.EADDRINUSE, errno.EACCES, errno.EADDRNOTAVAIL):
+            return exc
+        return None
+    if isinstance(exc, BaseExceptionGroup):
+        for inner in exc.exceptions:
+            found = _listen_error(inner)
+            if found is not None:
+                return found
+    return None
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    if args.command == "router":
+        try:
+            config = router_config(args)
+        except ConfigError as err:
+            print(f"exactmesh: error: {err}", file=sys.stderr)
+            return EXIT_USAGE
+        return run_router(config)
+    if args.command == "demo":
+        from .demo import run_demo
+
+        return run_demo(messages=args.messages, subscribers=args.subscribers)
+    return EXIT_USAGE
+
+
+if __name__ == "__main__":
+    sys.exit(main())

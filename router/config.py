@@ -1,0 +1,128 @@
+"""Router configuration: a TOML file and command-line flags, flags winning.
+
+Every option has one name, used both as the TOML key and as the long flag
+(`max-message-size = 1048576` in the file, `--max-message-size 1048576` on the command line).
+A bad value is a `ConfigError` whose text names the option, what was wrong and what is allowed.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any
+
+
+class ConfigError(ValueError):
+    """A configuration problem, in one line a person can act on."""
+
+
+@dataclass(slots=True, frozen=True)
+class HostPort:
+    host: str
+    port: int
+
+    def __str__(self) -> str:
+        return f"{self.host}:{self.port}"
+
+
+def parse_hostport(text: str, option: str) -> HostPort:
+    host, sep, port = str(text).rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise ConfigError(f"{option}: {text!r} is not HOST:PORT (for example 127.0.0.1:5672)")
+    return HostPort(host.strip("[]"), int(port))
+
+
+@dataclass(slots=True, frozen=True)
+class RouterConfig:
+    id: str
+    amqp: HostPort
+    no_subscribers: str = "accept"
+    max_message_size: int = 1024 * 1024
+    publisher_window: int = 256
+    max_delivery_attempts: int = 5
+    idle_timeout: float = 16.0
+    log_level: str = "info"
+
+
+# option name -> (RouterConfig field, converter, what is allowed)
+def _positive_int(v: Any) -> int:
+    if isinstance(v, bool) or int(v) != float(v) or int(v) < 1:
+        raise ValueError
+    return int(v)
+
+
+def _positive_float(v: Any) -> float:
+    if isinstance(v, bool) or float(v) <= 0:
+        raise ValueError
+    return float(v)
+
+
+def _choice(*allowed: str):
+    def convert(v: Any) -> str:
+        if str(v) not in allowed:
+            raise ValueError
+        return str(v)
+
+    return convert
+
+
+def _router_id(v: Any) -> str:
+    s = str(v)
+    if not s or len(s) > 64 or not all(c.isalnum() or c in "-_." for c in s):
+        raise ValueError
+    return s
+
+
+OPTIONS: dict[str, tuple[str, Any, str]] = {
+    "id": ("id", _router_id, "1-64 letters, digits, '-', '_' or '.'"),
+    "amqp": ("amqp", None, "HOST:PORT"),
+    "no-subscribers": ("no_subscribers", _choice("accept", "reject"), "accept or reject"),
+    "max-message-size": ("max_message_size", _positive_int, "a positive number of bytes"),
+    "publisher-window": ("publisher_window", _positive_int, "a positive count of messages"),
+    "max-delivery-attempts": ("max_delivery_attempts", _positive_int, "a positive count"),
+    "idle-timeout": ("idle_timeout", _positive_float, "a positive number of seconds"),
+    "log-level": ("log_level", _choice("debug", "info", "warning", "error"),
+                  "debug, info, warning or error"),
+}
+assert {f for f, _, _ in OPTIONS.values()} == {f.name for f in fields(RouterConfig)}
+
+
+def load_toml(path: str | Path) -> dict[str, Any]:
+    try:
+        with open(path, "rb") as f:
+            data = tomllib.load(f)
+    except FileNotFoundError:
+        raise ConfigError(f"config file {str(path)!r} does not exist") from None
+    except tomllib.TOMLDecodeError as err:
+        raise ConfigError(f"config file {str(path)!r} is not valid TOML: {err}") from None
+    # Accept either top-level keys or a [router] table.
+    table = data.get("router", data)
+    if not isinstance(table, dict):
+        raise ConfigError(f"config file {str(path)!r}: [router] must be a table")
+    return {k: v for k, v in table.items() if k != "router"}
+
+
+def build(file_options: dict[str, Any], flag_options: dict[str, Any]) -> RouterConfig:
+    """Merge file and flags (flags win, None means 'not given') and validate everything."""
+    merged = dict(file_options)
+    merged.update({k: v for k, v in flag_options.items() if v is not None})
+    unknown = sorted(set(merged) - set(OPTIONS))
+    if unknown:
+        raise ConfigError(
+            f"unknown option {unknown[0]!r}; known options: {', '.join(sorted(OPTIONS))}"
+        )
+    for required in ("id", "amqp"):
+        if required not in merged:
+            raise ConfigError(f"option {required!r} is required (--{required} or in the file)")
+    values: dict[str, Any] = {}
+    for name, raw in merged.items():
+        field_name, convert, allowed = OPTIONS[name]
+        if name == "amqp":
+            values[field_name] = parse_hostport(raw, "amqp")
+            continue
+        try:
+            values[field_name] = convert(raw)
+        except (ValueError, TypeError):
+            raise ConfigError(f"{name}: {raw!r} is not allowed; use {allowed}") from None
+    return RouterConfig(**values)

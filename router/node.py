@@ -1,0 +1,116 @@
+"""The router node: one delivery engine, the edges that feed it, and one trio task tree.
+
+The node owns the mapping from the engine's link numbers to the connection that carries each
+link, applies the engine's actions there, and wakes those connections' writers. It also runs
+the engine's timer (ttl expiry) and the orderly shutdown on SIGTERM.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+from typing import Any, Protocol
+
+import trio
+
+from .config import RouterConfig
+from .engine import Engine, EngineConfig
+
+log = logging.getLogger("exactmesh.router")
+
+TIMER_GRANULARITY = 0.05  # seconds; the longest a new, earlier ttl deadline can wait
+
+
+class EdgeConnection(Protocol):
+    def apply(self, link_state: Any, action: Any) -> None: ...
+    def shutdown(self, description: str) -> None: ...
+
+
+class Node:
+    def __init__(self, config: RouterConfig) -> None:
+        self.config = config
+        self.engine = Engine(
+            EngineConfig(
+                router_id=config.id,
+                no_subscribers=config.no_subscribers,
+                max_delivery_attempts=config.max_delivery_attempts,
+                publisher_window=config.publisher_window,
+            )
+        )
+        self.connections: set[EdgeConnection] = set()
+        self._links: dict[int, tuple[EdgeConnection, Any]] = {}
+        self._next_link = 0
+        self.stopping = False
+
+    # ---------------------------------------------------------------- links
+
+    def new_link_id(self) -> int:
+        self._next_link += 1
+        return self._next_link
+
+    def register_link(self, link_id: int, conn: EdgeConnection, link_state: Any) -> None:
+        self._links[link_id] = (conn, link_state)
+
+    def forget_link(self, link_id: int) -> None:
+        self._links.pop(link_id, None)
+
+    @staticmethod
+    def now() -> float:
+        return trio.current_time()
+
+    def flush(self) -> None:
+        """Apply the engine's actions, in order, on the links they name. Applying one can
+        produce more (closing a link detaches it), so keep going until there are none."""
+        links = self._links
+        while True:
+            actions = self.engine.take_actions()
+            if not actions:
+                return
+            for action in actions:
+                entry = links.get(action.link)
+                if entry is not None:  # else the link went away meanwhile: nothing to do
+                    entry[0].apply(entry[1], action)
+
+    # ---------------------------------------------------------------- running
+
+    async def run(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+        from amqp_edge.server import serve_amqp  # the edge depends on the node, not back
+
+        async with trio.open_nursery() as nursery:
+            listeners = await nursery.start(serve_amqp, self, self.config.amqp)
+            nursery.start_soon(self._timer)
+            addr = listeners[0].socket.getsockname()
+            log.info("exactmesh router %s ready: amqp %s:%s", self.config.id, addr[0], addr[1])
+            task_status.started(addr)
+            with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+                async for signum in signals:
+                    log.info("router %s: %s received, shutting down",
+                             self.config.id, signal.Signals(signum).name)
+                    break
+            await self.shutdown()
+            nursery.cancel_scope.cancel()
+
+    async def shutdown(self, grace: float = 3.0) -> None:
+        """Close every client's links and connection saying why, and give the writers a
+        moment to send those frames."""
+        self.stopping = True
+        reason = (f"router {self.config.id} is shutting down; "
+                  "reattach to another router of the mesh")
+        for conn in list(self.connections):
+            conn.shutdown(reason)
+        with trio.move_on_after(grace):
+            while self.connections:
+                await trio.sleep(0.01)
+
+    async def _timer(self) -> None:
+        engine = self.engine
+        while True:
+            deadline = engine.next_deadline()
+            now = trio.current_time()
+            wake = now + TIMER_GRANULARITY if deadline is None else min(
+                deadline, now + TIMER_GRANULARITY)
+            await trio.sleep_until(max(wake, now))
+            if deadline is not None and trio.current_time() >= deadline:
+                engine.tick(trio.current_time())
+                self.flush()
+
