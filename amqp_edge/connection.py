@@ -95,6 +95,7 @@ class AmqpConnection:
         self.incoming: dict[Any, tuple[LinkState, bytes]] = {}
         self._drain_check: set[LinkState] = set()
         self.on_output: Any = None  # set by the server: wakes the writer
+        self.peer_eof = False  # set by the server when the client closed its socket
 
     # ------------------------------------------------------------------ events
 
@@ -143,6 +144,25 @@ class AmqpConnection:
             cond = self.transport.condition
             if cond is not None:
                 log.warning("connection %s: %s: %s", self.peer, cond.name, cond.description)
+        elif t == Event.TRANSPORT_TAIL_CLOSED:
+            self._on_tail_closed()
+
+    def _on_tail_closed(self) -> None:
+        """proton stopped reading. It says why (TRANSPORT_ERROR, a condition) except in two
+        cases, where python-qpid-proton 0.40 closes its input silently: a frame whose body is
+        not an AMQP performative, and the socket closing in the middle of a frame. Without
+        this the first went unlogged, got no close frame and held the socket open for the
+        server's CLOSE_GRACE; the second went unlogged."""
+        if self.transport.condition is not None or self.connection.state & Endpoint.REMOTE_CLOSED:
+            return  # proton reported it, or the client closed the connection properly
+        if self.peer_eof:
+            log.warning("connection %s: the client closed its socket in the middle of a frame",
+                        self.peer)
+            return
+        description = "a frame from the client could not be decoded as an AMQP performative"
+        log.warning("connection %s: %s: %s", self.peer, DECODE_ERROR, description)
+        self.connection.condition = Condition(DECODE_ERROR, description)
+        self.connection.close()
 
     def _on_attach(self, link: Link) -> None:
         container = link.connection.remote_container or ""
@@ -276,6 +296,9 @@ class AmqpConnection:
         try:
             info = scan(payload)
         except MalformedMessage as err:
+            # Logged like every other refusal, so that an operator can see who sends what.
+            log.warning("connection %s: rejected a message from %s: not well-formed AMQP: %s",
+                        self.peer, ls.label, err)
             self.engine.refuse_message(ls.id, tag, DECODE_ERROR,
                                        f"message is not well-formed AMQP: {err}", settled=settled)
             return

@@ -80,6 +80,7 @@ async def _reader(conn: AmqpConnection, stream: trio.SocketStream) -> None:
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             data = b""
         if not data:
+            conn.peer_eof = True
             transport.close_tail()
             conn.process()
             return

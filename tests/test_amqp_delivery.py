@@ -263,6 +263,7 @@ def test_publisher_settling_early_stops_tracking(router):
     followc = ClientThread(follow)
     wait_for(lambda: starved.received, 5, "the follow-up message")
     assert [r.body for r in starved.received] == ["after"]
+    wait_for(lambda: len(holder.received) == 2, 5, "the holder to get the follow-up too")
     subs.call(lambda: holder.answer_held("accept"))
     wait_for(lambda: follow.outcomes, 5, "outcome of the follow-up")
     for c in (subs, pubc, followc):
