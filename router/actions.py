@@ -93,3 +93,54 @@ class CloseLink:
 
 
 Action = Send | SettleCopy | Decide | Credit | CloseLink
+
+
+# ---------------------------------------------------------------------- toward other routers
+
+
+@dataclass(slots=True)
+class Forward:
+    """Send a message to other routers (the mesh layer sends one copy per next hop).
+
+    `owed` lists, per destination router, the subscriber keys (`container/link`) this router
+    knew there when the message arrived: the subscribers the destination must answer for."""
+
+    msg_id: str
+    owed: dict[str, list[str]]
+    address: str
+    payload: bytes
+    mode: str
+    ttl_ms: int | None
+    publisher: str
+
+
+@dataclass(slots=True)
+class Verdict:
+    """Tell the origin router how its message fared with the subscribers here: `accepted` per
+    the delivery mode, and `status` naming who succeeded, failed and is pending (and why)."""
+
+    origin: str
+    msg_id: str
+    accepted: bool
+    status: dict[str, Any]
+
+
+@dataclass(slots=True)
+class Forget:
+    """The origin is done with a message: the destinations relay settlement and drop it."""
+
+    routers: list[str]
+    msg_id: str
+
+
+@dataclass(slots=True)
+class Subscribed:
+    """A local subscriber attached (`topic_filter` set) or left (None): gossip it."""
+
+    key: str
+    topic_filter: str | None
+    resuming: bool = False
+
+
+MeshAction = Forward | Verdict | Forget | Subscribed
+MESH_ACTIONS = (Forward, Verdict, Forget, Subscribed)

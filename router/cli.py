@@ -43,6 +43,22 @@ def _router_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--idle-timeout", type=float, metavar="SECONDS",
                    help="AMQP idle timeout for client connections (default 16)")
     p.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
+    mesh = p.add_argument_group("mesh (other routers)")
+    mesh.add_argument("--listen", metavar="HOST:PORT", help="where peer routers connect")
+    mesh.add_argument("--connect", metavar="HOST:PORT", action="append",
+                      help="a peer router to connect to (repeatable)")
+    mesh.add_argument("--cluster", help="cluster name; routers of other clusters are refused")
+    mesh.add_argument("--cluster-secret", metavar="SECRET",
+                      help="shared secret proving cluster membership (prefer the file)")
+    mesh.add_argument("--cluster-secret-file", metavar="FILE", help="file holding the secret")
+    mesh.add_argument("--link-costs", metavar="ID=COST,...",
+                      help="routing cost of the link to each peer (default 1)")
+    mesh.add_argument("--heartbeat", type=float, metavar="SECONDS",
+                      help="a peer silent this long is dead (default 1)")
+    mesh.add_argument("--unreachable-timeout", type=float, metavar="SECONDS",
+                      help="subscribers on a router unreachable this long fail (default 30)")
+    mesh.add_argument("--gossip-interval", type=float, metavar="SECONDS",
+                      help="anti-entropy period (default 0.5)")
 
 
 def _demo_parser(sub: argparse._SubParsersAction) -> None:

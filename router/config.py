@@ -43,6 +43,31 @@ class RouterConfig:
     max_delivery_attempts: int = 5
     idle_timeout: float = 16.0
     log_level: str = "info"
+    # the mesh
+    listen: HostPort | None = None  # where peer routers connect to us
+    connect: tuple[HostPort, ...] = ()  # peer routers we connect to
+    cluster: str = "exactmesh"
+    cluster_secret: str = ""
+    cluster_secret_file: str = ""
+    link_costs: tuple[tuple[str, int], ...] = ()  # (peer router id, cost)
+    heartbeat: float = 1.0
+    unreachable_timeout: float = 30.0
+    gossip_interval: float = 0.5
+
+    def secret(self) -> bytes:
+        """The cluster secret, from the file if one is named (keeps it out of `ps`)."""
+        if self.cluster_secret_file:
+            try:
+                with open(self.cluster_secret_file, "rb") as f:
+                    return f.read().strip()
+            except OSError as err:
+                raise ConfigError(
+                    f"cluster-secret-file {self.cluster_secret_file!r}: {err.strerror}"
+                ) from None
+        return self.cluster_secret.encode()
+
+    def cost_to(self, peer: str) -> int:
+        return dict(self.link_costs).get(peer, 1)
 
 
 # option name -> (RouterConfig field, converter, what is allowed)
@@ -67,6 +92,14 @@ def _choice(*allowed: str):
     return convert
 
 
+def _link_costs(v: Any) -> tuple[tuple[str, int], ...]:
+    if isinstance(v, str):  # the flag form: B=5,C=2
+        v = dict(part.split("=", 1) for part in v.split(",") if part)
+    if not isinstance(v, dict):
+        raise ValueError
+    return tuple(sorted((_router_id(k), _positive_int(c)) for k, c in v.items()))
+
+
 def _router_id(v: Any) -> str:
     s = str(v)
     if not s or len(s) > 64 or not all(c.isalnum() or c in "-_." for c in s):
@@ -84,6 +117,16 @@ OPTIONS: dict[str, tuple[str, Any, str]] = {
     "idle-timeout": ("idle_timeout", _positive_float, "a positive number of seconds"),
     "log-level": ("log_level", _choice("debug", "info", "warning", "error"),
                   "debug, info, warning or error"),
+    "listen": ("listen", None, "HOST:PORT"),
+    "connect": ("connect", None, "a list of HOST:PORT"),
+    "cluster": ("cluster", _router_id, "1-64 letters, digits, '-', '_' or '.'"),
+    "cluster-secret": ("cluster_secret", str, "a string shared by the cluster's routers"),
+    "cluster-secret-file": ("cluster_secret_file", str, "a file holding the secret"),
+    "link-costs": ("link_costs", _link_costs, "a table of peer router id = positive cost"),
+    "heartbeat": ("heartbeat", _positive_float, "a positive number of seconds"),
+    "unreachable-timeout": ("unreachable_timeout", _positive_float,
+                            "a positive number of seconds"),
+    "gossip-interval": ("gossip_interval", _positive_float, "a positive number of seconds"),
 }
 assert {f for f, _, _ in OPTIONS.values()} == {f.name for f in fields(RouterConfig)}
 
@@ -118,11 +161,22 @@ def build(file_options: dict[str, Any], flag_options: dict[str, Any]) -> RouterC
     values: dict[str, Any] = {}
     for name, raw in merged.items():
         field_name, convert, allowed = OPTIONS[name]
-        if name == "amqp":
-            values[field_name] = parse_hostport(raw, "amqp")
+        if name in ("amqp", "listen"):
+            values[field_name] = parse_hostport(raw, name)
+            continue
+        if name == "connect":
+            items = [raw] if isinstance(raw, str) else list(raw)
+            values[field_name] = tuple(parse_hostport(x, "connect") for x in items)
             continue
         try:
             values[field_name] = convert(raw)
         except (ValueError, TypeError):
             raise ConfigError(f"{name}: {raw!r} is not allowed; use {allowed}") from None
-    return RouterConfig(**values)
+    config = RouterConfig(**values)
+    if (config.listen or config.connect) and not (
+        config.cluster_secret or config.cluster_secret_file
+    ):
+        raise ConfigError("a router with peers (listen or connect) needs cluster-secret or "
+                          "cluster-secret-file: the same secret on every router of the cluster")
+    config.secret()  # a missing secret file is a configuration error, found now
+    return config

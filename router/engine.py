@@ -16,6 +16,7 @@ from __future__ import annotations
 import heapq
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 from .actions import (
     ACCEPTED,
@@ -23,10 +24,14 @@ from .actions import (
     CloseLink,
     Credit,
     Decide,
+    Forget,
+    Forward,
     Outcome,
     Rejected,
     Send,
     SettleCopy,
+    Subscribed,
+    Verdict,
 )
 from .records import (
     ALL,
@@ -34,6 +39,8 @@ from .records import (
     Copy,
     CopyState,
     LinkIdentity,
+    PartState,
+    PeerPart,
     Publisher,
     Record,
     Subscriber,
@@ -91,6 +98,11 @@ class Engine:
         self.subscribers: dict[int, Subscriber] = {}
         self.records: dict[int, Record] = {}  # live records by sequence number
         self._index: SubscriptionIndex[int] = SubscriptionIndex()
+        self._by_key: dict[str, Subscriber] = {}  # local subscribers by mesh key
+        # Subscribers at other routers, as gossip told us: (router, key) -> filter.
+        self._remote: SubscriptionIndex[tuple[str, str]] = SubscriptionIndex()
+        # Records that involve other routers, by (origin router, delivery id).
+        self._mesh_records: dict[tuple[str, str], Record] = {}
         self._actions: list[Action] = []
         self._seq = 0
         self._expiry: list[tuple[float, int]] = []  # heap of (deadline, record seq)
@@ -146,8 +158,11 @@ class Engine:
         """A client attached a link to receive messages matching `topic_filter`. It is owed
         every message that arrives from now on; nothing published before."""
         label = ident.label(self.config.router_id)
-        self.subscribers[link] = Subscriber(link, ident, topic_filter, label, presettled)
+        sub = Subscriber(link, ident, topic_filter, label, presettled)
+        self.subscribers[link] = sub
+        self._by_key[sub.key] = sub
         self._index.add(link, topic_filter)
+        self._actions.append(Subscribed(sub.key, topic_filter))
 
     def detach_subscriber(self, link: int) -> None:
         """The subscriber left: whatever it had not accepted fails (it names the subscriber)."""
@@ -155,6 +170,9 @@ class Engine:
         if sub is None:
             return
         self._index.remove(link)
+        if self._by_key.get(sub.key) is sub:
+            del self._by_key[sub.key]
+            self._actions.append(Subscribed(sub.key, None))
         touched = list(sub.inflight.values()) + list(sub.queue)
         sub.inflight.clear()
         sub.queue.clear()
@@ -179,6 +197,107 @@ class Engine:
     def has_queued(self, link: int) -> bool:
         sub = self.subscribers.get(link)
         return bool(sub and sub.queue)
+
+    # ------------------------------------------------------------------ other routers
+
+    def remote_subscriber_added(self, router: str, key: str, topic_filter: str) -> None:
+        """Gossip: a subscriber `key` with `topic_filter` is attached at `router`."""
+        self._remote.add((router, key), topic_filter)
+
+    def remote_subscriber_removed(self, router: str, key: str) -> None:
+        self._remote.remove((router, key))
+
+    def remote_message(
+        self,
+        origin: str,
+        msg_id: str,
+        address: str,
+        payload: bytes,
+        *,
+        owed: list[str],
+        mode: str,
+        ttl_ms: int | None,
+        now: float,
+    ) -> None:
+        """A message from the origin router, owed to subscribers `owed` (keys) here. They get
+        it if still attached; one that left meanwhile counts as failed."""
+        if (origin, msg_id) in self._mesh_records:
+            return  # the transfer layer hands each item over once; be safe all the same
+        self._seq += 1
+        expires = now + ttl_ms / 1000.0 if ttl_ms else None
+        rec = Record(self._seq, None, b"", msg_id.encode(), payload, mode if mode in MODES
+                     else ALL, False, expires, address=address, origin=origin)
+        self.stats.received += 1
+        self.records[rec.seq] = rec
+        self._mesh_records[(origin, msg_id)] = rec
+        if expires is not None:
+            heapq.heappush(self._expiry, (expires, rec.seq))
+        missing: list[str] = []
+        matched: list[int] = []
+        for key in owed:
+            sub = self._by_key.get(key)
+            if sub is None:
+                missing.append(key)
+            else:
+                matched.append(sub.link)
+        self._add_copies(rec, tuple(matched))
+        for key in missing:
+            # A stand-in copy so that the verdict names it: it left before the message came.
+            ghost = Subscriber(-1, LinkIdentity(*key.split("/", 1)) if "/" in key
+                               else LinkIdentity(key, ""), "", f"{key}@{self.config.router_id}",
+                               False)
+            copy = Copy(ghost)
+            rec.copies[-len(rec.copies) - 1] = copy
+            rec.pending += 1
+            self._fail(rec, copy, "was no longer attached when the message arrived")
+            copy.sub_settled = True
+        self._decide(rec)
+        self._maybe_forget(rec)
+
+    def peer_verdict(
+        self, router: str, msg_id: str, accepted: bool, status: dict[str, Any]
+    ) -> None:
+        """A destination router's verdict on one of our messages."""
+        rec = self._mesh_records.get((self.config.router_id, msg_id))
+        if rec is None:
+            return
+        part = rec.peers.get(router)
+        if part is None or part.state != PartState.PENDING:
+            return
+        part.status = status
+        self._settle_part(rec, part, PartState.ACCEPTED if accepted else PartState.FAILED)
+        self._decide(rec)
+        self._maybe_forget(rec)
+
+    def remote_forget(self, origin: str, msg_id: str) -> None:
+        """The origin is done with its message: relay settlement here, and drop the record
+        once the copies still owed are answered (like a local publisher's settlement)."""
+        rec = self._mesh_records.get((origin, msg_id))
+        if rec is not None:
+            self._publisher_done(rec)
+
+    def peer_lost(self, router: str, reason: str) -> None:
+        """`router` restarted (its subscribers are gone) or stayed unreachable too long: what
+        it still owed us fails, and what we held for its messages is dropped."""
+        for (origin, _), rec in list(self._mesh_records.items()):
+            if origin == router:
+                self._publisher_done(rec)  # its publisher can no longer be told anything
+                continue
+            part = rec.peers.get(router)
+            if part is not None and part.state == PartState.PENDING:
+                part.status = {"failed": list(part.owed),
+                               "reasons": {who: reason for who in part.owed}}
+                self._settle_part(rec, part, PartState.FAILED)
+                self._decide(rec)
+                self._maybe_forget(rec)
+
+    def _settle_part(self, rec: Record, part: PeerPart, state: PartState) -> None:
+        part.state = state
+        rec.pending -= 1
+        if state == PartState.ACCEPTED:
+            rec.accepted += 1
+        elif state == PartState.FAILED:
+            rec.failed += 1
 
     # ------------------------------------------------------------------ messages
 
@@ -223,7 +342,8 @@ class Engine:
         expires = now + ttl_ms / 1000.0 if ttl_ms else None
         rec = Record(seq, pub, tag, out_tag, payload, mode, settled, expires)
         matched = self._index.match(pub.address)
-        if not matched:
+        remote = self._remote.match(pub.address) if len(self._remote) else ()
+        if not matched and not remote:
             self._no_subscribers(pub, rec)
             return
         self.records[seq] = rec
@@ -232,14 +352,35 @@ class Engine:
             pub.records[tag] = rec
         if expires is not None:
             heapq.heappush(self._expiry, (expires, seq))
+        if remote:
+            self._forward(rec, remote, ttl_ms)
+        self._add_copies(rec, matched)
+
+    def _add_copies(self, rec: Record, matched: tuple[int, ...]) -> None:
+        """Queue a copy for each matched local subscriber, in arrival order."""
         subscribers = self.subscribers
         for sub_link in matched:
             sub = subscribers[sub_link]
             rec.copies[sub_link] = Copy(sub)
             sub.queue.append(rec)
-        rec.pending = len(matched)
+        rec.pending += len(matched)
         for sub_link in matched:
             self._pump(subscribers[sub_link])
+
+    def _forward(
+        self, rec: Record, remote: tuple[tuple[str, str], ...], ttl_ms: int | None
+    ) -> None:
+        """Owe the message to the remote subscribers we know of, grouped by their router."""
+        owed: dict[str, list[str]] = {}
+        for router, key in remote:
+            owed.setdefault(router, []).append(key)
+        for router, keys in owed.items():
+            rec.peers[router] = PeerPart(router, [f"{k}@{router}" for k in keys])
+        rec.pending += len(owed)
+        self._mesh_records[(self.config.router_id, rec.id)] = rec
+        pub = rec.publisher
+        self._actions.append(Forward(rec.id, owed, rec.address, rec.payload, rec.mode, ttl_ms,
+                                     pub.label if pub is not None else ""))
 
     def refuse_message(
         self, link: int, tag: bytes, condition: str, description: str, *, settled: bool
@@ -365,13 +506,14 @@ class Engine:
         copy.sub_settled = True
 
     def _decide(self, rec: Record) -> None:
-        """Tell the publisher as soon as its outcome is certain."""
+        """Tell the publisher (or, for a message from another router, its origin) as soon as
+        the outcome is certain. Parts are local copies and other routers' verdicts."""
         if rec.outcome is not None or rec.presettled:
             return
-        n = len(rec.copies)
+        n = rec.parts
         if rec.mode == ALL:
             if rec.failed:
-                outcome = self._failure(rec)
+                outcome: Outcome = self._failure(rec)
             elif rec.accepted == n:
                 outcome = ACCEPTED
             else:
@@ -383,6 +525,10 @@ class Engine:
         else:
             return
         rec.outcome = outcome
+        if rec.origin is not None:
+            self._actions.append(
+                Verdict(rec.origin, rec.id, outcome is ACCEPTED, rec.status()))
+            return
         if outcome is ACCEPTED:
             self.stats.accepted += 1
         else:
@@ -393,18 +539,16 @@ class Engine:
 
     def _failure(self, rec: Record) -> Rejected:
         status = rec.status()
-        reasons = {
-            c.sub.label: c.reason for c in rec.copies.values() if c.state == FAILED
-        }
+        reasons = status["reasons"]
         failed = "; ".join(f"{who} {why}" for who, why in reasons.items())
-        n = len(rec.copies)
+        n = len(status["succeeded"]) + len(status["failed"]) + len(status["pending"])
         need = "every subscriber" if rec.mode == ALL else "at least one subscriber"
         description = (
-            f"message {rec.id} to {rec.address!r} failed for {len(reasons)} of {n} "
+            f"message {rec.id} to {rec.address!r} failed for {len(status['failed'])} of {n} "
             f"subscriber(s): {failed}. Delivery mode {rec.mode!r} needs {need} to accept; "
             f"see info for who succeeded, failed and is still pending"
         )
-        info = dict(status, reasons=reasons, delivery_id=rec.id, mode=rec.mode)
+        info = dict(status, delivery_id=rec.id, mode=rec.mode)
         return Rejected(DELIVERY_FAILED, description, info)
 
     def _no_subscribers(self, pub: Publisher, rec: Record) -> None:
@@ -439,6 +583,9 @@ class Engine:
         rec.pub_settled = True
         if rec.outcome is None:
             self.stats.deleted += 1
+            withdrawn = [p for p in rec.peers.values() if p.state == PartState.PENDING]
+            for part in withdrawn:
+                self._settle_part(rec, part, PartState.WITHDRAWN)
             for copy in rec.copies.values():
                 if copy.state == QUEUED:
                     copy.state = WITHDRAWN
@@ -451,6 +598,12 @@ class Engine:
 
     def _expire(self, rec: Record) -> None:
         self.stats.expired += 1
+        for part in rec.peers.values():
+            if part.state == PartState.PENDING:
+                why = f"did not accept it before its ttl ran out (no answer from {part.router})"
+                part.status = {"failed": list(part.owed),
+                               "reasons": {who: why for who in part.owed}}
+                self._settle_part(rec, part, PartState.FAILED)
         for copy in rec.copies.values():
             if copy.state == QUEUED:
                 self._fail(rec, copy, "did not get it before its ttl ran out")
@@ -465,6 +618,10 @@ class Engine:
         if rec.pending or not rec.pub_settled or rec.seq not in self.records:
             return
         del self.records[rec.seq]
+        if rec.origin is not None or rec.peers:
+            self._mesh_records.pop((rec.origin or self.config.router_id, rec.id), None)
+        if rec.peers:
+            self._actions.append(Forget(sorted(rec.peers), rec.id))
         for copy in rec.copies.values():
             if not copy.sub_settled and copy.state == ACCEPTED_STATE:
                 # Relay the publisher's settlement to a subscriber still waiting for it.

@@ -13,10 +13,13 @@ from typing import Any, Protocol
 
 import trio
 
+from .actions import MESH_ACTIONS
 from .config import RouterConfig
 from .engine import Engine, EngineConfig
 
 log = logging.getLogger("exactmesh.router")
+
+MESH_TYPES = frozenset(MESH_ACTIONS)
 
 TIMER_GRANULARITY = 0.05  # seconds; the longest a new, earlier ttl deadline can wait
 
@@ -41,6 +44,10 @@ class Node:
         self._links: dict[int, tuple[EdgeConnection, Any]] = {}
         self._next_link = 0
         self.stopping = False
+        self.mesh: Any = None  # the MeshNode when this router has peers
+
+    def mesh_output(self) -> None:
+        """Send the frames the mesh layer produced (set up by the mesh runtime)."""
 
     # ---------------------------------------------------------------- links
 
@@ -62,14 +69,21 @@ class Node:
         """Apply the engine's actions, in order, on the links they name. Applying one can
         produce more (closing a link detaches it), so keep going until there are none."""
         links = self._links
+        mesh_types = MESH_TYPES
         while True:
             actions = self.engine.take_actions()
             if not actions:
                 return
             for action in actions:
+                if type(action) in mesh_types:
+                    if self.mesh is not None:
+                        self.mesh.apply(action, self.now())
+                    continue
                 entry = links.get(action.link)
                 if entry is not None:  # else the link went away meanwhile: nothing to do
                     entry[0].apply(entry[1], action)
+            if self.mesh is not None:
+                self.mesh_output()
 
     # ---------------------------------------------------------------- running
 

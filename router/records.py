@@ -11,6 +11,7 @@ import hashlib
 from collections import deque
 from dataclasses import dataclass
 from enum import IntEnum
+from typing import Any
 
 from .actions import Outcome
 
@@ -56,12 +57,19 @@ class LinkIdentity:
     container: str
     name: str
 
+    @property
+    def key(self) -> str:
+        """How the mesh names a subscriber: unique mesh-wide, whatever router it is on."""
+        return f"{self.container}/{self.name}"
+
     def label(self, router_id: str) -> str:
-        return f"{self.container}/{self.name}@{router_id}"
+        return f"{self.key}@{router_id}"
 
 
 class Subscriber:
-    __slots__ = ("credit", "filter", "ident", "inflight", "label", "link", "presettled", "queue")
+    __slots__ = (
+        "credit", "filter", "ident", "inflight", "key", "label", "link", "presettled", "queue"
+    )
 
     def __init__(
         self, link: int, ident: LinkIdentity, topic_filter: str, label: str, presettled: bool
@@ -70,6 +78,7 @@ class Subscriber:
         self.ident = ident
         self.filter = topic_filter
         self.label = label
+        self.key = ident.key
         # A subscriber that asked for pre-settled transfers is at-most-once: its copy counts
         # as accepted when sent, since it will never send an outcome.
         self.presettled = presettled
@@ -106,6 +115,28 @@ class Copy:
         self.sub_settled = False  # the subscriber settled its side
 
 
+class PartState(IntEnum):
+    """Where another router's part of a message stands, as the origin sees it."""
+
+    PENDING = 0
+    ACCEPTED = 1
+    FAILED = 2
+    WITHDRAWN = 3
+
+
+class PeerPart:
+    """One destination router's part of a message: the subscribers owed there (as this router
+    knew them when the message arrived) and the verdict that router gave."""
+
+    __slots__ = ("owed", "router", "state", "status")
+
+    def __init__(self, router: str, owed: list[str]) -> None:
+        self.router = router
+        self.owed = owed  # subscriber labels
+        self.state = PartState.PENDING
+        self.status: dict[str, Any] = {}
+
+
 class Record:
     __slots__ = (
         "accepted",
@@ -115,6 +146,7 @@ class Record:
         "failed",
         "id",
         "mode",
+        "origin",
         "out_tag",
         "outcome",
         "payload",
@@ -130,40 +162,56 @@ class Record:
     def __init__(
         self,
         seq: int,
-        publisher: Publisher,
+        publisher: Publisher | None,
         pub_tag: bytes,
         out_tag: bytes,
         payload: bytes,
         mode: str,
         presettled: bool,
         expires: float | None,
+        address: str = "",
+        origin: str | None = None,
     ) -> None:
         self.seq = seq
-        self.publisher: Publisher | None = publisher  # None once its link is gone
+        self.publisher = publisher  # the local publisher; None once its link is gone
+        self.origin = origin  # the origin router for a message that came from another router
         self.pub_tag = pub_tag
         self.out_tag = out_tag
-        self.id = out_tag.decode()  # the delivery id operators and status queries use
+        self.id = out_tag.decode()  # the delivery id: the same on every router
         self.payload = payload
-        self.address = publisher.address
+        self.address = publisher.address if publisher is not None else address
         self.mode = mode
         self.presettled = presettled
         self.expires = expires
         self.copies: dict[int, Copy] = {}  # by subscriber link
-        self.pending = 0  # copies not yet in a terminal state
-        self.accepted = 0
-        self.failed = 0
+        self.peers: dict[str, PeerPart] = {}  # by destination router (origin side only)
+        self.pending = 0  # copies and peer parts not yet decided
+        self.accepted = 0  # copies and peer parts accepted
+        self.failed = 0  # copies and peer parts failed
         self.outcome: Outcome | None = None
         self.pub_settled = presettled
-        self.peers: dict[str, int] = {}  # per-peer-router state, filled by the mesh
 
-    def status(self) -> dict[str, list[str]]:
-        """Subscribers by where they stand: the seed's STATUS answer."""
-        out: dict[str, list[str]] = {"succeeded": [], "failed": [], "pending": []}
+    @property
+    def parts(self) -> int:
+        return len(self.copies) + len(self.peers)
+
+    def status(self) -> dict[str, Any]:
+        """Subscribers by where they stand, here and (origin side) at other routers: the
+        seed's STATUS answer, with `reasons` for the failed ones."""
+        out: dict[str, Any] = {"succeeded": [], "failed": [], "pending": [], "reasons": {}}
         for copy in self.copies.values():
             if copy.state == CopyState.ACCEPTED:
                 out["succeeded"].append(copy.sub.label)
             elif copy.state == CopyState.FAILED:
                 out["failed"].append(copy.sub.label)
+                out["reasons"][copy.sub.label] = copy.reason
             elif copy.state != CopyState.WITHDRAWN:
                 out["pending"].append(copy.sub.label)
+        for part in self.peers.values():
+            if part.state == PartState.PENDING:
+                out["pending"].extend(part.owed)
+            elif part.state != PartState.WITHDRAWN:
+                for key in ("succeeded", "failed", "pending"):
+                    out[key].extend(part.status.get(key, ()))
+                out["reasons"].update(part.status.get("reasons", {}))
         return out

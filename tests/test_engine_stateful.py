@@ -22,7 +22,16 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from router.actions import Accepted, CloseLink, Credit, Decide, Rejected, Send, SettleCopy
+from router.actions import (
+    Accepted,
+    CloseLink,
+    Credit,
+    Decide,
+    Rejected,
+    Send,
+    SettleCopy,
+    Subscribed,
+)
 from router.engine import Disposition, Engine, EngineConfig
 from router.records import ALL, SOME, LinkIdentity, outgoing_tag
 from router.topics import matches
@@ -100,6 +109,8 @@ class EngineMachine(RuleBasedStateMachine):
                 self.pubs[action.link].credit += action.amount
             elif isinstance(action, CloseLink):
                 self.closed.append(action)
+            elif not isinstance(action, Subscribed):
+                raise AssertionError(f"a single router must not act toward others: {action}")
         assert not self.closed, f"engine closed a link: {self.closed}"
 
     def on_send(self, send: Send) -> None:
