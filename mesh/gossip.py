@@ -1,0 +1,193 @@
+"""Subscription gossip (docs/mesh-protocol.md, section Subscription gossip). Sans-IO.
+
+Each router is the only writer of its own subscription table and floods every change as a
+`SUBS` delta; the others keep copies, versioned `(inc, ver)` per origin. `Gossip.on_subs`
+turns received frames into `SubChange` / `RouterRestarted` events for the engine.
+
+Decisions the protocol page leaves open:
+
+- Every table starts at `ver` 0 and empty, in every incarnation. Hence a delta with `ver` 1
+  applies onto "nothing held" and onto any older incarnation (their `ver` 0 is the empty table):
+  a restarted router's first attach spreads as a delta instead of a PULL at every hop.
+- A gap answers with a PULL once per origin until a full table for that origin arrives (or a
+  frame for it applies): a burst of deltas behind one gap would otherwise cost a PULL and a
+  full table each, quadratic in the burst. If that full table is lost, anti-entropy (DIGEST)
+  still repairs the copy; the suppression only saves bandwidth.
+- Frames about ourselves from others are ignored; one claiming a newer `(inc, ver)` than ours
+  must not exist and is counted in `foreign_self_claims`.
+- Events for one frame come in this order: `RouterRestarted` (if the incarnation changed),
+  then every `removed`, then every `added`. A re-attach of a key with different fields is a
+  `removed` of the old `RemoteSub` and an `added` of the new one; identical re-adds are silent.
+- A malformed frame raises `ValueError` (the caller treats it as a protocol error).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class RemoteSub:
+    """A subscriber attached at `router`; `key` is `container/link`."""
+
+    router: str
+    key: str
+    filter: str
+    container: str
+    link: str
+    resuming: bool
+
+
+@dataclass(frozen=True)
+class SubChange:
+    kind: str  # "added" | "removed"
+    sub: RemoteSub
+
+
+@dataclass(frozen=True)
+class RouterRestarted:
+    """`router` came back as incarnation `inc`: every subscriber it had before is gone."""
+
+    router: str
+    inc: int
+
+
+Event = SubChange | RouterRestarted
+
+
+def _sub_fields(sub: RemoteSub) -> list[Any]:
+    return [sub.filter, sub.container, sub.link, sub.resuming]
+
+
+def _check_subs(frame: dict[str, Any]) -> None:
+    """Raise ValueError unless `frame` is a well-formed SUBS frame."""
+    origin, add, remove = frame.get("origin"), frame.get("add"), frame.get("remove")
+    if frame.get("t") != "SUBS" or not isinstance(origin, str):
+        raise ValueError(f"not a SUBS frame: {frame!r}")
+    for name in ("inc", "ver"):
+        value = frame.get(name)
+        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+            raise ValueError(f"SUBS from {origin!r}: bad {name} {value!r}")
+    if not isinstance(frame.get("full"), bool):
+        raise ValueError(f"SUBS from {origin!r}: full is not a bool")
+    if not isinstance(add, dict) or not isinstance(remove, list | tuple):
+        raise ValueError(f"SUBS from {origin!r}: add must be a map and remove a list")
+    for key, fields in add.items():
+        if not (isinstance(key, str) and isinstance(fields, list | tuple) and len(fields) == 4
+                and all(isinstance(f, str) for f in fields[:3])
+                and isinstance(fields[3], bool)):
+            raise ValueError(f"SUBS from {origin!r}: bad entry {key!r}: {fields!r}")
+    if not all(isinstance(key, str) for key in remove):
+        raise ValueError(f"SUBS from {origin!r}: remove holds a non-string key")
+
+
+class Gossip:
+    """Our own subscription table plus the newest copy we hold of every other origin's."""
+
+    def __init__(self, me: str, inc: int) -> None:
+        self.me = me
+        self.inc = inc
+        self._tables: dict[str, dict[str, RemoteSub]] = {me: {}}
+        self._vers: dict[str, tuple[int, int]] = {me: (inc, 0)}
+        self._pulling: set[str] = set()  # origins with a gap PULL outstanding
+        self.foreign_self_claims = 0
+
+    # -- our own table -------------------------------------------------------------------------
+
+    def local_attach(
+        self, key: str, topic_filter: str, container: str, link: str, resuming: bool
+    ) -> dict[str, Any]:
+        """Add (or replace) a local subscriber; returns the SUBS delta frame to flood."""
+        sub = RemoteSub(self.me, key, topic_filter, container, link, resuming)
+        self._tables[self.me][key] = sub
+        return self._bump_own(add={key: _sub_fields(sub)}, remove=[])
+
+    def local_detach(self, key: str) -> dict[str, Any] | None:
+        """Remove a local subscriber; returns the SUBS delta to flood, None if it was unknown."""
+        if self._tables[self.me].pop(key, None) is None:
+            return None
+        return self._bump_own(add={}, remove=[key])
+
+    def _bump_own(self, add: dict[str, list[Any]], remove: list[str]) -> dict[str, Any]:
+        inc, ver = self._vers[self.me]
+        self._vers[self.me] = (inc, ver + 1)
+        return {"t": "SUBS", "origin": self.me, "inc": inc, "ver": ver + 1, "full": False,
+                "add": add, "remove": remove}
+
+    # -- copies of remote tables ---------------------------------------------------------------
+
+    def on_subs(
+        self, frame: dict[str, Any]
+    ) -> tuple[list[Event], bool, dict[str, Any] | None]:
+        """Apply a SUBS frame from a neighbour.
+
+        Returns (events for the engine, whether to re-flood the frame to the other neighbours,
+        a PULL frame to send back to the sender on a gap or None).
+        """
+        _check_subs(frame)
+        origin, inc, ver = frame["origin"], frame["inc"], frame["ver"]
+        if origin == self.me:
+            if (inc, ver) > self._vers[self.me]:
+                self.foreign_self_claims += 1
+            return [], False, None
+        held = self._vers.get(origin)
+        if frame["full"]:
+            if held is not None and (inc, ver) <= held:
+                # Whatever we pulled for has arrived or been overtaken; a later gap may pull again.
+                self._pulling.discard(origin)
+                return [], False, None
+            new = {key: RemoteSub(origin, key, *fields) for key, fields in frame["add"].items()}
+            return self._replace(origin, inc, ver, new), True, None
+        if held is not None and (inc, ver) <= held:
+            return [], False, None  # a duplicate or an overtaken delta
+        if ver == 1 and (held is None or held[0] < inc):
+            base: dict[str, RemoteSub] = {}  # every incarnation's ver 0 is the empty table
+        elif held is not None and held == (inc, ver - 1):
+            base = self._tables[origin]
+        else:
+            if origin in self._pulling:
+                return [], False, None
+            self._pulling.add(origin)
+            return [], False, {"t": "PULL", "origins": [origin]}
+        new = dict(base)
+        for key in frame["remove"]:
+            new.pop(key, None)
+        for key, fields in frame["add"].items():
+            new[key] = RemoteSub(origin, key, *fields)
+        return self._replace(origin, inc, ver, new), True, None
+
+    def _replace(
+        self, origin: str, inc: int, ver: int, new: dict[str, RemoteSub]
+    ) -> list[Event]:
+        """Install `new` as origin's table at (inc, ver) and return the events that make it so."""
+        held = self._vers.get(origin)
+        old = self._tables.get(origin, {})
+        events: list[Event] = []
+        if held is not None and held[0] < inc:
+            events.append(RouterRestarted(origin, inc))
+        events += [SubChange("removed", sub) for key, sub in old.items() if new.get(key) != sub]
+        events += [SubChange("added", sub) for key, sub in new.items() if old.get(key) != sub]
+        self._tables[origin] = new
+        self._vers[origin] = (inc, ver)
+        self._pulling.discard(origin)
+        return events
+
+    # -- queries -------------------------------------------------------------------------------
+
+    def full(self, origin: str) -> dict[str, Any] | None:
+        """A full SUBS frame for an origin we hold (ours included), None if we hold none."""
+        held = self._vers.get(origin)
+        if held is None:
+            return None
+        return {"t": "SUBS", "origin": origin, "inc": held[0], "ver": held[1], "full": True,
+                "add": {k: _sub_fields(s) for k, s in self._tables[origin].items()},
+                "remove": []}
+
+    def versions(self) -> dict[str, tuple[int, int]]:
+        """origin -> (inc, ver) of every table we hold, ours included (for DIGEST frames)."""
+        return dict(self._vers)
+
+    def table(self, origin: str) -> dict[str, RemoteSub]:
+        """A copy of origin's table (key -> subscriber); empty if we hold none."""
+        return dict(self._tables.get(origin, {}))
