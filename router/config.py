@@ -178,5 +178,7 @@ def build(file_options: dict[str, Any], flag_options: dict[str, Any]) -> RouterC
     ):
         raise ConfigError("a router with peers (listen or connect) needs cluster-secret or "
                           "cluster-secret-file: the same secret on every router of the cluster")
-    config.secret()  # a missing secret file is a configuration error, found now
+    if (config.listen or config.connect) and not config.secret():
+        raise ConfigError("the cluster secret is empty; put a long random string in "
+                          "cluster-secret-file (the same on every router)")
     return config

@@ -1,0 +1,118 @@
+"""The mesh at run time: peer links (trio, `mesh.peers`) wired to the sans-IO `MeshNode`.
+
+Every callback from the peer links runs to completion in the router's single trio thread:
+hand the event to the mesh node, apply whatever the engine then wants done (deliveries to
+local clients through the edges), and send the frames the mesh node produced.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import secrets
+from typing import Any
+
+import trio
+
+from router.config import RouterConfig
+
+from .frames import FrameError
+from .meshnode import MeshNode
+from .peers import PeerLink, PeerManager, PeerSettings
+
+log = logging.getLogger("exactmesh.mesh")
+
+FRAME_OVERHEAD = 64 * 1024  # room in a frame beyond the message itself
+
+
+class MeshRuntime:
+    def __init__(self, node: Any, config: RouterConfig) -> None:
+        self.node = node
+        self.config = config
+        self.inc = secrets.randbits(62) or 1  # a fresh incarnation at every start
+        self.mesh = MeshNode(
+            config.id,
+            self.inc,
+            node.engine,
+            unreachable_timeout=config.unreachable_timeout,
+            gossip_interval=config.gossip_interval,
+        )
+        settings = PeerSettings(
+            router_id=config.id,
+            inc=self.inc,
+            cluster=config.cluster,
+            secret=config.secret(),
+            heartbeat=config.heartbeat,
+            max_frame=config.max_message_size + FRAME_OVERHEAD,
+        )
+        self.peers = PeerManager(settings, self._on_up, self._on_frame, self._on_down)
+        self._wake = trio.Event()
+        node.mesh = self.mesh
+        node.mesh_output = self.output
+
+    # ---------------------------------------------------------------- callbacks
+
+    def _on_up(self, link: PeerLink) -> None:
+        log.info("router %s: link to %s up", self.config.id, link.peer)
+        self.mesh.link_up(link.peer, link.peer_inc, self.config.cost_to(link.peer),
+                          self.node.now())
+        self._settle()
+
+    def _on_frame(self, link: PeerLink, frame: dict) -> None:
+        try:
+            self.mesh.on_frame(link.peer, frame, self.node.now())
+        except (ValueError, KeyError, TypeError) as err:
+            # A frame that passed the framing checks but makes no sense: only this link suffers.
+            link.close(f"protocol error in a {frame.get('t')} frame: {err}")
+        self._settle()
+
+    def _on_down(self, link: PeerLink, reason: str) -> None:
+        log.info("router %s: link to %s down: %s", self.config.id, link.peer, reason)
+        self.mesh.link_down(link.peer, self.node.now())
+        self._settle()
+
+    def _settle(self) -> None:
+        self.node.flush()  # engine actions: deliveries to local clients, more mesh actions
+        self.output()
+        self._wake.set()  # the deadline may have moved
+
+    def output(self) -> None:
+        links = self.peers.links()
+        for peer, frame in self.mesh.take_frames():
+            link = links.get(peer)
+            if link is None:
+                continue  # it just went down: the transfer layer resends what mattered
+            try:
+                link.send(frame)
+            except FrameError as err:
+                # A frame we cannot send (e.g. larger than the frame limit): a bug or a
+                # misconfiguration, never a reason to stop the router.
+                log.error("router %s: cannot send a %s frame to %s: %s", self.config.id,
+                          frame.get("t"), peer, err)
+
+    # ---------------------------------------------------------------- running
+
+    async def run(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+        cfg = self.config
+        async with trio.open_nursery() as nursery:
+            if cfg.listen is not None:
+                await nursery.start(self.peers.listen, cfg.listen.host, cfg.listen.port)
+            for target in cfg.connect:
+                nursery.start_soon(self.peers.connect, target.host, target.port)
+            nursery.start_soon(self._timer)
+            task_status.started()
+
+    async def _timer(self) -> None:
+        while True:
+            deadline = self.mesh.next_deadline()
+            with trio.move_on_at(deadline if deadline is not None else math.inf):
+                await self._wake.wait()
+            self._wake = trio.Event()
+            now = self.node.now()
+            if deadline is not None and now >= deadline:
+                self.mesh.tick(now)
+                self.node.flush()
+                self.output()
+
+    def close(self, reason: str) -> None:
+        self.peers.close_all(reason)
