@@ -50,6 +50,7 @@ class Config:
     exact_filter: bool
     sasl: bool
     workdir: Path
+    line: int = 0  # also run 1 -> 1 through a line of this many routers (0: no)
 
 
 class LineWatcher(threading.Thread):
@@ -59,6 +60,7 @@ class LineWatcher(threading.Thread):
         super().__init__(daemon=True)
         self.stream = stream
         self.seen = {k: threading.Event() for k in keywords}
+        self.counts = dict.fromkeys(keywords, 0)
         self.tail: collections.deque[str] = collections.deque(maxlen=40)
         self.start()
 
@@ -68,6 +70,7 @@ class LineWatcher(threading.Thread):
             self.tail.append(line)
             for keyword, event in self.seen.items():
                 if keyword in line:
+                    self.counts[keyword] += 1
                     event.set()
 
 
@@ -90,6 +93,16 @@ class Child:
                 return event.is_set()
         return False
 
+    def wait_count(self, keyword: str, n: int, deadline: float) -> bool:
+        """True once the keyword was printed at least n times."""
+        while time.monotonic() < deadline:
+            if self.watcher.counts[keyword] >= n:
+                return True
+            if self.proc.poll() is not None:
+                return False
+            time.sleep(0.01)
+        return False
+
     def output_tail(self) -> str:
         lines = list(self.watcher.tail)
         if self.log_path and self.log_path.exists():
@@ -106,6 +119,7 @@ class ScenarioResult:
     pubs: list[dict[str, Any]] = field(default_factory=list)
     subs: list[dict[str, Any]] = field(default_factory=list)
     router_cpu_s: float | None = None
+    routers: int = 1
     window_s: float = 0.0  # runner-measured: go .. every publisher done
     go_wall: float = 0.0
     problems: list[str] = field(default_factory=list)
@@ -208,6 +222,32 @@ def start_router(cfg: Config, port: int) -> Child:
     return router
 
 
+KNOWS = "knows subscriber"
+
+
+def start_line(cfg: Config, n: int) -> tuple[list[Child], int, int]:
+    """Routers R0 - R1 - ... in a line; returns them, R0's and the last one's AMQP ports.
+    R0 logs at debug level so that the runner can wait until gossip reached it."""
+    amqp = [free_port() for _ in range(n)]
+    mesh = [free_port() for _ in range(n)]
+    routers = []
+    for i in range(n):
+        argv = [*cfg.router_cmd, "router", "--id", f"R{i}", "--amqp", f"127.0.0.1:{amqp[i]}",
+                "--listen", f"127.0.0.1:{mesh[i]}", "--cluster-secret", "bench"]
+        if i:
+            argv += ["--connect", f"127.0.0.1:{mesh[i - 1]}"]
+        else:
+            argv += ["--log-level", "debug"]
+        routers.append(spawn(f"R{i}", argv, ("ready", KNOWS), None, stdin=False))
+    deadline = time.monotonic() + READY_TIMEOUT_S
+    for r in routers:
+        if not r.wait_keyword("ready", deadline):
+            for x in routers:
+                stop_child(x)
+            raise RuntimeError(f"router {r.name} did not start:\n{r.output_tail()}")
+    return routers, amqp[0], amqp[-1]
+
+
 def client_argv(cfg: Config, port: int, role: str, json_path: Path) -> list[str]:
     argv = [sys.executable, "-m", "benchmarks.loadclient", role, "--url", f"127.0.0.1:{port}"]
     argv += ["--json-out", str(json_path)]
@@ -266,41 +306,53 @@ def send_go(pubs: list[Child]) -> None:
 # ---------------------------------------------------------------- one scenario
 
 
-def run_scenario(cfg: Config, n_subs: int) -> ScenarioResult:
-    name = f"{cfg.publishers} pub -> {n_subs} sub"
-    res = ScenarioResult(name, cfg.publishers, n_subs, cfg.count)
-    tag = f"p{cfg.publishers}s{n_subs}"
-    router: Child | None = None
+def run_scenario(cfg: Config, n_subs: int, line: int = 1) -> ScenarioResult:
+    """One scenario on one router, or (line > 1) publishers on the first router of a line
+    and subscribers on the last, router CPU summed over the line."""
+    name = f"{cfg.publishers} pub -> {n_subs} sub" + (f", {line}-router line" if line > 1
+                                                        else "")
+    res = ScenarioResult(name, cfg.publishers, n_subs, cfg.count, routers=line)
+    tag = f"p{cfg.publishers}s{n_subs}l{line}"
+    routers: list[Child] = []
     clients: list[Child] = []
     try:
-        port = free_port()
-        router = start_router(cfg, port)
-        subs = start_subs(cfg, port, n_subs, tag)
+        if line > 1:
+            routers, pub_port, sub_port = start_line(cfg, line)
+        else:
+            pub_port = sub_port = free_port()
+            routers = [start_router(cfg, pub_port)]
+        subs = start_subs(cfg, sub_port, n_subs, tag)
         clients += subs
         wait_attached(subs)  # subscribers first, or early messages would have no one to go to
-        pubs = start_pubs(cfg, port, tag)
+        if line > 1 and not routers[0].wait_count(KNOWS, n_subs,
+                                                   time.monotonic() + ATTACH_TIMEOUT_S):
+            raise RuntimeError("gossip did not bring the subscribers to the first router")
+        pubs = start_pubs(cfg, pub_port, tag)
         clients += pubs
         wait_attached(pubs)  # so the measured window excludes interpreter start-up
-        res.router_cpu_s, res.window_s = measure(cfg, router, pubs, res)
+        res.router_cpu_s, res.window_s = measure(cfg, routers, pubs, res)
         wait_exit(clients, time.monotonic() + SUB_GRACE_S)
     except RuntimeError as e:  # a start-up failure: report it, keep the other scenarios
         res.problems.append(str(e))
-        if router is not None:
+        for router in routers:
             res.problems.append(f"router output:\n{router.output_tail()}")
     finally:
         for c in clients:
             stop_child(c)  # SIGTERM makes a lagging subscriber write a partial report
-        if router is not None:
+        for router in routers:
             stop_child(router)
-    collect_reports(res, clients, router)
+    for router in routers:
+        collect_reports(res, [], router)
+    collect_reports(res, clients, None)
     return res
 
 
 def measure(
-    cfg: Config, router: Child, pubs: list[Child], res: ScenarioResult
+    cfg: Config, routers: list[Child], pubs: list[Child], res: ScenarioResult
 ) -> tuple[float | None, float]:
-    """Router CPU seconds and wall seconds from 'go' until every publisher printed 'done'."""
-    cpu0 = proc_cpu_s(router.proc.pid)
+    """Router CPU seconds (all routers) and wall seconds from 'go' until every publisher
+    printed 'done'."""
+    cpu0 = _total_cpu(routers)
     t0 = time.monotonic()
     res.go_wall = time.time()
     send_go(pubs)
@@ -308,12 +360,17 @@ def measure(
     # Publishers print 'done' before their slow interpreter exit, so the window is tight.
     if not all(p.wait_keyword("done", deadline) for p in pubs):
         res.problems.append("publishers did not finish before the deadline")
-    cpu1 = proc_cpu_s(router.proc.pid)
+    cpu1 = _total_cpu(routers)
     window = time.monotonic() - t0
     if cpu0 is None or cpu1 is None:
         res.problems.append("router process vanished during the run")
         return None, window
     return cpu1 - cpu0, window
+
+
+def _total_cpu(routers: list[Child]) -> float | None:
+    times = [proc_cpu_s(r.proc.pid) for r in routers]
+    return None if any(t is None for t in times) else sum(t for t in times if t is not None)
 
 
 def collect_reports(res: ScenarioResult, clients: list[Child], router: Child | None) -> None:
@@ -397,7 +454,8 @@ def summarise(res: ScenarioResult, cores: int) -> dict[str, Any]:
     row["router_us_msg"] = rcpu * 1e6 / accepted if rcpu is not None and accepted else None
     deliveries = row["deliveries"]
     row["router_us_dlv"] = rcpu * 1e6 / deliveries if rcpu is not None and deliveries else None
-    row["router_util"] = rcpu / window if rcpu is not None else None
+    # Through a line, CPU per message is summed over the routers; utilisation is per router.
+    row["router_util"] = rcpu / window / res.routers if rcpu is not None else None
     utils = {c["name"]: c["cpu_s"] / window for c in res.pubs + res.subs}
     row["pub_us_msg"] = _mean([p["cpu_us_per_msg"] for p in res.pubs])
     row["sub_us_msg"] = _mean([s["cpu_us_per_msg"] for s in res.subs])
@@ -520,6 +578,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument(
         "--no-sasl", dest="sasl", action="store_false", help="clients skip SASL ANONYMOUS"
     )
+    p.add_argument("--line", type=int, default=3,
+                   help="also run 1 -> 1 through a line of this many routers (0: skip)")
     p.add_argument("--json-out", help="also write all raw results here")
     args = p.parse_args(argv)
     if args.exact_filter and args.publishers != 1:
@@ -539,6 +599,7 @@ def make_config(args: argparse.Namespace, workdir: Path) -> Config:
         exact_filter=args.exact_filter,
         sasl=args.sasl,
         workdir=workdir,
+        line=args.line,
     )
 
 
@@ -557,8 +618,11 @@ def main(argv: list[str] | None = None) -> int:
         if args.quick:
             # /proc CPU times tick every 10 ms: with quick counts, CPU columns are rough.
             print("--quick: a smoke check; counts too small for stable CPU figures")
-        for n_subs in cfg.subscribers:
-            res = run_scenario(cfg, n_subs)
+        scenarios = [(n, 1) for n in cfg.subscribers]
+        if cfg.line > 1:
+            scenarios.append((1, cfg.line))
+        for n_subs, line in scenarios:
+            res = run_scenario(cfg, n_subs, line)
             check_exactly_once(res, cfg)
             results.append(res)
             rows.append(summarise(res, cores))

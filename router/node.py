@@ -91,10 +91,18 @@ class Node:
         from amqp_edge.server import serve_amqp  # the edge depends on the node, not back
 
         async with trio.open_nursery() as nursery:
+            runtime = None
+            if self.config.listen is not None or self.config.connect:
+                from mesh.runtime import MeshRuntime
+
+                runtime = MeshRuntime(self, self.config)
+                await nursery.start(runtime.run)
             listeners = await nursery.start(serve_amqp, self, self.config.amqp)
             nursery.start_soon(self._timer)
             addr = listeners[0].socket.getsockname()
-            log.info("exactmesh router %s ready: amqp %s:%s", self.config.id, addr[0], addr[1])
+            mesh_note = f", mesh {self.config.listen}" if self.config.listen else ""
+            log.info("exactmesh router %s ready: amqp %s:%s%s", self.config.id, addr[0],
+                     addr[1], mesh_note)
             task_status.started(addr)
             with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
                 async for signum in signals:
@@ -102,6 +110,8 @@ class Node:
                              self.config.id, signal.Signals(signum).name)
                     break
             await self.shutdown()
+            if runtime is not None:
+                runtime.close(f"router {self.config.id} is shutting down")
             nursery.cancel_scope.cancel()
 
     async def shutdown(self, grace: float = 3.0) -> None:

@@ -1,0 +1,331 @@
+"""The mesh side of one router, sans-IO: topology, subscription gossip, anti-entropy and
+reliable transfer, wired to the delivery engine.
+
+Inputs are method calls (a link to a peer came up or went down, a frame arrived, time passed,
+the engine produced a mesh action); outputs are `(peer, frame)` pairs collected with
+`take_frames()`, plus calls into the engine. No sockets and no clock: the runtime
+(`mesh/runtime.py`) or a simulator drives it, which is what makes the deterministic
+simulation in the tests possible.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from router.actions import Forget, Forward, MeshAction, Subscribed, Verdict
+from router.engine import Engine
+
+from .gossip import Gossip, RouterRestarted, SubChange
+from .sync import MeshSync
+from .topology import Topology
+from .transfer import Transfer
+
+log = logging.getLogger("exactmesh.mesh")
+
+MSG, VERDICT, FORGET, BATCH = "msg", "verdict", "forget", "batch"
+MAX_BATCH = 256  # items in one transfer item: bounds a frame to about this many messages
+
+
+class MeshNode:
+    def __init__(
+        self,
+        me: str,
+        inc: int,
+        engine: Engine,
+        *,
+        unreachable_timeout: float = 30.0,
+        gossip_interval: float = 0.5,
+        transfer_window: int = 4096,
+    ) -> None:
+        self.me = me
+        self.inc = inc
+        self.engine = engine
+        self.unreachable_timeout = unreachable_timeout
+        self.gossip_interval = gossip_interval
+        self.topology = Topology(me, inc)
+        self.gossip = Gossip(me, inc)
+        self.sync = MeshSync(self.topology, self.gossip)
+        self.transfer = Transfer(me, inc, window=transfer_window)
+        self.neighbors: dict[str, int] = {}  # up links: peer -> cost
+        self._frames: list[tuple[str, dict]] = []
+        self._next_digest = 0.0
+        self._unreachable_since: dict[str, float] = {}
+        # Routers given up after the unreachable timeout, with the reason their subscribers
+        # fail for; and the messages they may still hold records of, to forget when they are
+        # back (same incarnation) so those records do not outlive the partition.
+        self._given_up: dict[str, str] = {}
+        self._owed_forgets: dict[str, set[str]] = {}
+        self._known_inc: dict[str, int] = {}  # the incarnation we last saw of each router
+        self.frames_sent = 0
+        # Items for the same destinations, in the order the engine produced them, go as one
+        # transfer item: one frame, one sequence number and one ack for a burst of messages.
+        self._run_dests: tuple[str, ...] = ()
+        self._run_items: list[list] = []
+        self._now = 0.0
+
+    # ------------------------------------------------------------------ output
+
+    def take_frames(self) -> list[tuple[str, dict]]:
+        self._flush_run()
+        frames, self._frames = self._frames, []
+        self.frames_sent += len(frames)
+        return frames
+
+    def _send(self, peer: str, frame: dict) -> None:
+        self._frames.append((peer, frame))
+
+    def _flood(self, frame: dict, except_peer: str | None = None) -> None:
+        for peer in self.neighbors:
+            if peer != except_peer:
+                self._send(peer, frame)
+
+    # ------------------------------------------------------------------ links
+
+    def link_up(self, peer: str, peer_inc: int, cost: int, now: float) -> None:
+        self.neighbors[peer] = cost
+        self._saw_incarnation(peer, peer_inc)
+        self._flood(self.topology.set_neighbors(dict(self.neighbors)))
+        self._send(peer, self.sync.digest())
+        self._after_topology_change(now)
+
+    def link_down(self, peer: str, now: float) -> None:
+        if self.neighbors.pop(peer, None) is None:
+            return
+        self._flood(self.topology.set_neighbors(dict(self.neighbors)))
+        self._after_topology_change(now)
+
+    def _after_topology_change(self, now: float) -> None:
+        reachable = self.topology.reachable()
+        for router in list(self._unreachable_since):
+            if router in reachable:
+                del self._unreachable_since[router]
+        for router in [r for r in self._given_up if r in reachable]:
+            self._welcome_back(router, now)
+        for router in self._interested_routers():
+            if router not in reachable:
+                self._unreachable_since.setdefault(router, now)
+        # Whatever waited for a route may go now.
+        self._route_frames(self.transfer.tick(now), now)
+
+    def _interested_routers(self) -> set[str]:
+        return {origin for origin in self.gossip.versions() if origin != self.me}
+
+    # ------------------------------------------------------------------ frames
+
+    def on_frame(self, peer: str, frame: dict, now: float) -> None:
+        t = frame["t"]
+        if t in ("DATA", "ACK"):
+            self._route(frame, now)
+        elif t == "LSA":
+            if self.topology.on_lsa(frame):
+                self._saw_incarnation(frame["origin"], frame["inc"])
+                self._flood(frame, except_peer=peer)
+                self._after_topology_change(now)
+        elif t == "SUBS":
+            changes, reflood, pull = self.gossip.on_subs(frame)
+            if reflood:
+                self._flood(frame, except_peer=peer)
+            if pull is not None:
+                self._send(peer, pull)
+            self._apply_gossip(changes)
+        elif t == "DIGEST":
+            for reply in self.sync.on_digest(frame):
+                self._send(peer, reply)
+        elif t == "PULL":
+            for reply in self.sync.on_pull(frame):
+                self._send(peer, reply)
+
+    def _apply_gossip(self, changes: list[SubChange | RouterRestarted]) -> None:
+        engine = self.engine
+        for change in changes:
+            if isinstance(change, RouterRestarted):
+                self._saw_incarnation(change.router, change.inc)
+            elif change.kind == "added":
+                engine.remote_subscriber_added(change.sub.router, change.sub.key,
+                                               change.sub.filter)
+                log.debug("router %s: knows subscriber %s@%s (filter %s)", self.me,
+                          change.sub.key, change.sub.router, change.sub.filter)
+            else:
+                engine.remote_subscriber_removed(change.sub.router, change.sub.key)
+                log.debug("router %s: forgot subscriber %s@%s", self.me, change.sub.key,
+                          change.sub.router)
+
+    def _saw_incarnation(self, router: str, inc: int) -> None:
+        """A newer incarnation means the router restarted: what it owed us is gone, and so is
+        the transfer state toward it."""
+        known = self._known_inc.get(router)
+        if known is not None and inc <= known:
+            return
+        self._known_inc[router] = inc
+        if known is None:
+            return
+        log.info("router %s restarted (incarnation %s -> %s)", router, known, inc)
+        self._flush_run()  # items queued before the restart belong to the old incarnation
+        self._given_up.pop(router, None)
+        self._owed_forgets.pop(router, None)  # its records died with it
+        self.transfer.reset_destination(router, inc)
+        self.engine.peer_lost(router, f"was on router {router}, which restarted")
+
+    # ------------------------------------------------------------------ routing
+
+    def _route(self, frame: dict, now: float) -> None:
+        """Deliver the part of a routed frame that is for us; forward the rest, one copy per
+        next hop. No route: drop it, the sender retransmits."""
+        if frame["t"] == "ACK":
+            if frame["dst"] == self.me:
+                self.transfer.on_ack(frame, now)
+            else:
+                hop = self.topology.next_hop(frame["dst"])
+                if hop is not None:
+                    self._send(hop, frame)
+            return
+        dests: dict[str, Any] = frame["dests"]
+        if self.me in dests:
+            mine = dict(frame, dests={self.me: dests[self.me]})
+            for src, item in self.transfer.on_data(mine, now):
+                self._consume(src, item, now)
+        others = [d for d in dests if d != self.me]
+        if others:
+            by_hop, _unreachable = self.topology.split_by_next_hop(others)
+            for hop, ds in by_hop.items():
+                self._send(hop, dict(frame, dests={d: dests[d] for d in ds}))
+
+    def _route_frames(self, frames: list[dict], now: float) -> None:
+        for frame in frames:
+            self._route(frame, now)
+
+    def _consume(self, src: str, item: list, now: float) -> None:
+        kind = item[0]
+        engine = self.engine
+        if kind == BATCH:
+            for sub_item in item[1]:
+                self._consume(src, sub_item, now)
+        elif kind == MSG:
+            _, msg_id, address, payload, mode, ttl_ms, _publisher, owed = item
+            engine.remote_message(src, msg_id, address, payload, owed=owed.get(self.me, []),
+                                  mode=mode, ttl_ms=ttl_ms, now=now)
+        elif kind == VERDICT:
+            _, msg_id, accepted, status = item
+            engine.peer_verdict(src, msg_id, accepted, status)
+        elif kind == FORGET:
+            engine.remote_forget(src, item[1])
+
+    # ------------------------------------------------------------------ engine actions
+
+    def apply(self, action: MeshAction, now: float) -> None:
+        if isinstance(action, Forward):
+            item = [MSG, action.msg_id, action.address, action.payload, action.mode,
+                    action.ttl_ms, action.publisher, action.owed]
+            routers = [r for r in action.owed if r not in self._given_up]
+            self._transmit(routers, item, now)
+            for r in action.owed:
+                if r in self._given_up:  # still away: its part fails at once
+                    self.engine.peer_lost(r, self._given_up[r])
+        elif isinstance(action, Verdict):
+            if action.origin not in self._given_up:  # else the origin dropped the message
+                self._transmit([action.origin], [VERDICT, action.msg_id, action.accepted,
+                                                 action.status], now)
+        elif isinstance(action, Forget):
+            routers = []
+            for r in action.routers:
+                if r in self._given_up:
+                    self._owed_forgets.setdefault(r, set()).add(action.msg_id)
+                else:
+                    routers.append(r)
+            self._transmit(routers, [FORGET, action.msg_id], now)
+        elif isinstance(action, Subscribed):
+            if action.topic_filter is None:
+                frame = self.gossip.local_detach(action.key)
+            else:
+                container, _, link = action.key.partition("/")
+                frame = self.gossip.local_attach(action.key, action.topic_filter, container,
+                                                 link, action.resuming)
+            if frame is not None:
+                self._flood(frame)
+
+    def _transmit(self, routers: list[str], item: list, now: float) -> None:
+        """Queue an item for `routers`. Consecutive items for the same routers are batched;
+        a change of destinations ends the run, so each destination gets items in order."""
+        if not routers:
+            return
+        self._now = now
+        for r in routers:
+            if self.topology.next_hop(r) is None:
+                # Owed to a router we cannot reach: its unreachable timeout runs from now.
+                self._unreachable_since.setdefault(r, now)
+        key = tuple(sorted(routers))
+        if key != self._run_dests or len(self._run_items) >= MAX_BATCH:
+            self._flush_run()
+            self._run_dests = key
+        self._run_items.append(item)
+
+    def _flush_run(self) -> None:
+        items, routers = self._run_items, self._run_dests
+        if not items:
+            return
+        self._run_items = []
+        self._run_dests = ()
+        item = items[0] if len(items) == 1 else [BATCH, items]
+        self._send_item(list(routers), item, self._now)
+
+    def _send_item(self, routers: list[str], item: list, now: float) -> None:
+        dests = {}
+        for r in routers:
+            inc = self._known_inc.get(r, self.topology.incarnation(r))
+            if inc is not None:
+                dests[r] = inc
+        if not dests:
+            return
+        frame = self.transfer.send(dests, item, now)
+        if frame is not None:
+            self._route(frame, now)
+
+    # ------------------------------------------------------------------ time
+
+    def tick(self, now: float) -> None:
+        if now >= self._next_digest:
+            self._next_digest = now + self.gossip_interval
+            digest = self.sync.digest()
+            self._flood(digest)
+        self._route_frames(self.transfer.tick(now), now)
+        for router, since in list(self._unreachable_since.items()):
+            if now - since >= self.unreachable_timeout:
+                del self._unreachable_since[router]
+                self._give_up(router, now - since)
+
+    def _give_up(self, router: str, waited: float) -> None:
+        """`router` stayed unreachable for the timeout: what it owed us fails, and until it is
+        reachable again new messages owed there fail at once."""
+        self._flush_run()
+        reason = (f"was on router {router}, unreachable for {self.unreachable_timeout:g} s")
+        log.warning("router %s unreachable for %.1f s: failing what it owed", router, waited)
+        self._given_up[router] = reason
+        owed = self._owed_forgets.setdefault(router, set())
+        for item in self.transfer.reset_destination(router, None):
+            owed.update(_message_ids(item))
+        self.engine.peer_lost(router, reason)
+
+    def _welcome_back(self, router: str, now: float) -> None:
+        """A given-up router is reachable again with the same incarnation: its channel resumes
+        where it stopped, and it forgets the messages whose outcome we decided without it."""
+        del self._given_up[router]
+        log.info("router %s reachable again", router)
+        for msg_id in sorted(self._owed_forgets.pop(router, ())):
+            self._transmit([router], [FORGET, msg_id], now)
+
+    def next_deadline(self) -> float | None:
+        deadlines = [self._next_digest]
+        t = self.transfer.next_deadline()
+        if t is not None:
+            deadlines.append(t)
+        deadlines.extend(since + self.unreachable_timeout
+                         for since in self._unreachable_since.values())
+        return min(deadlines)
+
+
+def _message_ids(item: list) -> list[str]:
+    """The ids of the messages in a transfer item (a batch holds several)."""
+    if item[0] == BATCH:
+        return [i for sub in item[1] for i in _message_ids(sub)]
+    return [item[1]] if item[0] == MSG else []
