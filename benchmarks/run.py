@@ -51,6 +51,7 @@ class Config:
     sasl: bool
     workdir: Path
     line: int = 0  # also run 1 -> 1 through a line of this many routers (0: no)
+    router_args: tuple[str, ...] = ()  # extra options for every router
 
 
 class LineWatcher(threading.Thread):
@@ -211,7 +212,8 @@ def router_command(explicit: str | None) -> list[str]:
 
 
 def start_router(cfg: Config, port: int) -> Child:
-    argv = [*cfg.router_cmd, "router", "--id", "bench", "--amqp", f"127.0.0.1:{port}"]
+    argv = [*cfg.router_cmd, "router", "--id", "bench", "--amqp", f"127.0.0.1:{port}",
+            *cfg.router_args]
     router = spawn("router", argv, ("ready",), None, stdin=False)
     if not router.wait_keyword("ready", time.monotonic() + READY_TIMEOUT_S):
         stop_child(router)
@@ -233,7 +235,8 @@ def start_line(cfg: Config, n: int) -> tuple[list[Child], int, int]:
     routers = []
     for i in range(n):
         argv = [*cfg.router_cmd, "router", "--id", f"R{i}", "--amqp", f"127.0.0.1:{amqp[i]}",
-                "--listen", f"127.0.0.1:{mesh[i]}", "--cluster-secret", "bench"]
+                "--listen", f"127.0.0.1:{mesh[i]}", "--cluster-secret", "bench",
+                *cfg.router_args]
         if i:
             argv += ["--connect", f"127.0.0.1:{mesh[i - 1]}"]
         else:
@@ -580,6 +583,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     p.add_argument("--line", type=int, default=3,
                    help="also run 1 -> 1 through a line of this many routers (0: skip)")
+    p.add_argument("--router-args", help="extra options for every router, e.g. "
+                   "'--publisher-window 1024'")
     p.add_argument("--json-out", help="also write all raw results here")
     args = p.parse_args(argv)
     if args.exact_filter and args.publishers != 1:
@@ -600,6 +605,7 @@ def make_config(args: argparse.Namespace, workdir: Path) -> Config:
         sasl=args.sasl,
         workdir=workdir,
         line=args.line,
+        router_args=tuple(shlex.split(args.router_args or "")),
     )
 
 
