@@ -526,8 +526,10 @@ class Engine:
             return
         rec.outcome = outcome
         if rec.origin is not None:
+            # An accepted verdict needs no status: the origin knows whom it owed here.
+            accepted = outcome is ACCEPTED
             self._actions.append(
-                Verdict(rec.origin, rec.id, outcome is ACCEPTED, rec.status()))
+                Verdict(rec.origin, rec.id, accepted, {} if accepted else rec.status()))
             return
         if outcome is ACCEPTED:
             self.stats.accepted += 1

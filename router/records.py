@@ -210,6 +210,8 @@ class Record:
         for part in self.peers.values():
             if part.state == PartState.PENDING:
                 out["pending"].extend(part.owed)
+            elif part.state == PartState.ACCEPTED and not part.status:
+                out["succeeded"].extend(part.owed)  # an accepted verdict comes without names
             elif part.state != PartState.WITHDRAWN:
                 for key in ("succeeded", "failed", "pending"):
                     out[key].extend(part.status.get(key, ()))
