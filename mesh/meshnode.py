@@ -56,6 +56,11 @@ class MeshNode:
         # back (same incarnation) so those records do not outlive the partition.
         self._given_up: dict[str, str] = {}
         self._owed_forgets: dict[str, set[str]] = {}
+        # Verdicts for a given-up origin, sent when it is back: it may not have given up on
+        # us, and its publishers wait for them.
+        self._owed_verdicts: dict[str, list[list]] = {}
+        # Items for routers whose incarnation we do not know yet (heard of by gossip only).
+        self._waiting_inc: dict[str, list[list]] = {}
         self._known_inc: dict[str, int] = {}  # the incarnation we last saw of each router
         self.frames_sent = 0
         # Items for the same destinations, in the order the engine produced them, go as one
@@ -108,8 +113,9 @@ class MeshNode:
         # Whatever waited for a route may go now.
         self._route_frames(self.transfer.tick(now), now)
 
-    def _interested_routers(self) -> set[str]:
-        return {origin for origin in self.gossip.versions() if origin != self.me}
+    def _interested_routers(self) -> list[str]:
+        # sorted: the order of simultaneous give-ups must not depend on string hashing
+        return sorted(origin for origin in self.gossip.versions() if origin != self.me)
 
     # ------------------------------------------------------------------ frames
 
@@ -124,6 +130,8 @@ class MeshNode:
                 self._after_topology_change(now)
         elif t == "SUBS":
             changes, reflood, pull = self.gossip.on_subs(frame)
+            if changes or reflood:
+                self._saw_incarnation(frame["origin"], frame["inc"])
             if reflood:
                 self._flood(frame, except_peer=peer)
             if pull is not None:
@@ -159,13 +167,17 @@ class MeshNode:
             return
         self._known_inc[router] = inc
         if known is None:
+            for item in self._waiting_inc.pop(router, ()):
+                self._send_item([router], item, self._now)
             return
         log.info("router %s restarted (incarnation %s -> %s)", router, known, inc)
         self._flush_run()  # items queued before the restart belong to the old incarnation
         self._given_up.pop(router, None)
         self._owed_forgets.pop(router, None)  # its records died with it
+        self._owed_verdicts.pop(router, None)  # and so did its publishers
         self.transfer.reset_destination(router, inc)
-        self.engine.peer_lost(router, f"was on router {router}, which restarted")
+        self.engine.peer_lost(router, f"was on router {router}, which restarted",
+                              restarted=True)
 
     # ------------------------------------------------------------------ routing
 
@@ -182,6 +194,7 @@ class MeshNode:
             return
         dests: dict[str, Any] = frame["dests"]
         if self.me in dests:
+            self._saw_incarnation(frame["src"], frame["sinc"])
             mine = dict(frame, dests={self.me: dests[self.me]})
             for src, item in self.transfer.on_data(mine, now):
                 self._consume(src, item, now)
@@ -223,9 +236,11 @@ class MeshNode:
                 if r in self._given_up:  # still away: its part fails at once
                     self.engine.peer_lost(r, self._given_up[r])
         elif isinstance(action, Verdict):
-            if action.origin not in self._given_up:  # else the origin dropped the message
-                self._transmit([action.origin], [VERDICT, action.msg_id, action.accepted,
-                                                 action.status], now)
+            item = [VERDICT, action.msg_id, action.accepted, action.status]
+            if action.origin in self._given_up:
+                self._owed_verdicts.setdefault(action.origin, []).append(item)
+            else:
+                self._transmit([action.origin], item, now)
         elif isinstance(action, Forget):
             routers = []
             for r in action.routers:
@@ -275,6 +290,9 @@ class MeshNode:
             inc = self._known_inc.get(r, self.topology.incarnation(r))
             if inc is not None:
                 dests[r] = inc
+            else:  # heard of only by gossip so far: wait until we know which incarnation
+                self._waiting_inc.setdefault(r, []).append(item)
+                self._unreachable_since.setdefault(r, now)
         if not dests:
             return
         frame = self.transfer.send(dests, item, now)
@@ -289,8 +307,8 @@ class MeshNode:
             digest = self.sync.digest()
             self._flood(digest)
         self._route_frames(self.transfer.tick(now), now)
-        for router, since in list(self._unreachable_since.items()):
-            if now - since >= self.unreachable_timeout:
+        for router, since in sorted(self._unreachable_since.items()):
+            if now >= since + self.unreachable_timeout:  # the same sum next_deadline gives
                 del self._unreachable_since[router]
                 self._give_up(router, now - since)
 
@@ -302,8 +320,14 @@ class MeshNode:
         log.warning("router %s unreachable for %.1f s: failing what it owed", router, waited)
         self._given_up[router] = reason
         owed = self._owed_forgets.setdefault(router, set())
-        for item in self.transfer.reset_destination(router, None):
-            owed.update(_message_ids(item))
+        verdicts = self._owed_verdicts.setdefault(router, [])
+        handed_back = self.transfer.reset_destination(router, None)
+        handed_back += self._waiting_inc.pop(router, [])
+        for item in _flatten(handed_back):
+            if item[0] in (MSG, FORGET):  # it may hold a record of that message: forget it
+                owed.add(item[1])
+            elif item[0] == VERDICT:  # its publisher may still be waiting for this
+                verdicts.append(item)
         self.engine.peer_lost(router, reason)
 
     def _welcome_back(self, router: str, now: float) -> None:
@@ -311,6 +335,8 @@ class MeshNode:
         where it stopped, and it forgets the messages whose outcome we decided without it."""
         del self._given_up[router]
         log.info("router %s reachable again", router)
+        for item in self._owed_verdicts.pop(router, ()):
+            self._transmit([router], item, now)
         for msg_id in sorted(self._owed_forgets.pop(router, ())):
             self._transmit([router], [FORGET, msg_id], now)
 
@@ -324,8 +350,12 @@ class MeshNode:
         return min(deadlines)
 
 
-def _message_ids(item: list) -> list[str]:
-    """The ids of the messages in a transfer item (a batch holds several)."""
-    if item[0] == BATCH:
-        return [i for sub in item[1] for i in _message_ids(sub)]
-    return [item[1]] if item[0] == MSG else []
+def _flatten(items: list[list]) -> list[list]:
+    """Transfer items with batches opened up, in order."""
+    out: list[list] = []
+    for item in items:
+        if item[0] == BATCH:
+            out.extend(_flatten(item[1]))
+        else:
+            out.append(item)
+    return out

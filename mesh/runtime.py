@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 import math
-import secrets
+import time
 from typing import Any
 
 import trio
@@ -29,7 +29,9 @@ class MeshRuntime:
     def __init__(self, node: Any, config: RouterConfig) -> None:
         self.node = node
         self.config = config
-        self.inc = secrets.randbits(62) or 1  # a fresh incarnation at every start
+        # A fresh incarnation at every start, and a larger one than the last: "newer wins"
+        # everywhere, so a restart must never come back with a smaller number.
+        self.inc = time.time_ns() // 1000
         self.mesh = MeshNode(
             config.id,
             self.inc,

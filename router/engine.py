@@ -240,7 +240,8 @@ class Engine:
                 missing.append(key)
             else:
                 matched.append(sub.link)
-        self._add_copies(rec, tuple(matched))
+        # The failures first: sending copies can decide the verdict (an at-most-once
+        # subscriber accepts on send), and it must not be decided without them.
         for key in missing:
             # A stand-in copy so that the verdict names it: it left before the message came.
             ghost = Subscriber(-1, LinkIdentity(*key.split("/", 1)) if "/" in key
@@ -251,6 +252,7 @@ class Engine:
             rec.pending += 1
             self._fail(rec, copy, "was no longer attached when the message arrived")
             copy.sub_settled = True
+        self._add_copies(rec, tuple(matched))
         self._decide(rec)
         self._maybe_forget(rec)
 
@@ -276,12 +278,15 @@ class Engine:
         if rec is not None:
             self._publisher_done(rec)
 
-    def peer_lost(self, router: str, reason: str) -> None:
+    def peer_lost(self, router: str, reason: str, *, restarted: bool = False) -> None:
         """`router` restarted (its subscribers are gone) or stayed unreachable too long: what
-        it still owed us fails, and what we held for its messages is dropped."""
+        it still owed us fails. Its own messages here are dropped only if it restarted (its
+        publishers are gone); if it is merely unreachable they go on, and their verdicts
+        reach it when it is back."""
         for (origin, _), rec in list(self._mesh_records.items()):
             if origin == router:
-                self._publisher_done(rec)  # its publisher can no longer be told anything
+                if restarted:
+                    self._publisher_done(rec)  # nobody is left to tell the outcome to
                 continue
             part = rec.peers.get(router)
             if part is not None and part.state == PartState.PENDING:
