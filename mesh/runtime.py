@@ -14,7 +14,7 @@ from typing import Any
 
 import trio
 
-from router.config import RouterConfig
+from router.config import ListenError, RouterConfig
 
 from .frames import FrameError
 from .meshnode import MeshNode
@@ -98,7 +98,10 @@ class MeshRuntime:
         cfg = self.config
         async with trio.open_nursery() as nursery:
             if cfg.listen is not None:
-                await nursery.start(self.peers.listen, cfg.listen.host, cfg.listen.port)
+                try:
+                    await nursery.start(self.peers.listen, cfg.listen.host, cfg.listen.port)
+                except OSError as err:
+                    raise ListenError("listen", cfg.listen, "peer routers", err) from err
             for target in cfg.connect:
                 nursery.start_soon(self.peers.connect, target.host, target.port)
             nursery.start_soon(self._timer)

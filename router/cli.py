@@ -2,23 +2,35 @@
 
     exactmesh router --id A --amqp 127.0.0.1:5672 [--config router.toml] [options]
     exactmesh demo [--messages N] [--subscribers K]
+    exactmesh status delivery ID --http HOST:PORT      (also: status deliveries, status health)
 
 Errors in the command line or the configuration, and a port already in use, print one line
-naming the problem and exit with status 2.
+naming the problem and exit with status 2. `status` prints the router's JSON answer and exits
+0, or 1 when the router does not track that delivery, or 2 when it cannot be asked.
 """
 
 from __future__ import annotations
 
 import argparse
-import errno
+import json
 import logging
 import sys
 from collections.abc import Sequence
+from urllib.parse import quote
 
 import trio
 
-from .config import OPTIONS, ConfigError, RouterConfig, build, load_toml
+from .config import (
+    OPTIONS,
+    ConfigError,
+    ListenError,
+    RouterConfig,
+    build,
+    load_toml,
+    parse_hostport,
+)
 
+EXIT_NOT_FOUND = 1
 EXIT_USAGE = 2
 
 
@@ -43,6 +55,8 @@ def _router_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--idle-timeout", type=float, metavar="SECONDS",
                    help="AMQP idle timeout for client connections (default 16)")
     p.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
+    p.add_argument("--http", metavar="HOST:PORT",
+                   help="serve delivery status and health as JSON over HTTP (default off)")
     mesh = p.add_argument_group("mesh (other routers)")
     mesh.add_argument("--listen", metavar="HOST:PORT", help="where peer routers connect")
     mesh.add_argument("--connect", metavar="HOST:PORT", action="append",
@@ -68,11 +82,30 @@ def _demo_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--subscribers", type=int, default=3)
 
 
+def _status_parser(sub: argparse._SubParsersAction) -> None:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--http", metavar="HOST:PORT", required=True,
+                        help="the router's status endpoint (its --http option)")
+    p = sub.add_parser("status", help="ask a router about deliveries and its health",
+                       description="Ask a router's status endpoint (router option --http) and "
+                       "print its JSON answer.")
+    actions = p.add_subparsers(dest="action", required=True)
+    d = actions.add_parser("delivery", parents=[common],
+                           help="who succeeded, failed and is still pending for one delivery")
+    d.add_argument("id", help="the delivery id: the delivery tag subscribers receive "
+                   "(32 hex characters)")
+    actions.add_parser("deliveries", parents=[common],
+                       help="the deliveries the router tracks now (at most 1000)")
+    actions.add_parser("health", parents=[common],
+                       help="clients, live records and counters")
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="exactmesh", description="exactly-once pub-sub mesh")
     sub = p.add_subparsers(dest="command", required=True)
     _router_parser(sub)
     _demo_parser(sub)
+    _status_parser(sub)
     return p
 
 
@@ -96,24 +129,41 @@ def run_router(config: RouterConfig) -> int:
         err = _listen_error(exc)
         if err is None:
             raise
-        print(f"exactmesh: error: cannot listen on {config.amqp} for AMQP: "
-              f"{err.strerror}; choose another --amqp address", file=sys.stderr)
+        print(f"exactmesh: error: {err}", file=sys.stderr)
         return EXIT_USAGE
     return 0
 
 
-def _listen_error(exc: BaseException) -> OSError | None:
+def _listen_error(exc: BaseException) -> ListenError | None:
     """The bind failure inside whatever exception groups trio wrapped it in."""
-    if isinstance(exc, OSError):
-        if exc.errno in (errno.EADDRINUSE, errno.EACCES, errno.EADDRNOTAVAIL):
-            return exc
-        return None
+    if isinstance(exc, ListenError):
+        return exc
     if isinstance(exc, BaseExceptionGroup):
         for inner in exc.exceptions:
             found = _listen_error(inner)
             if found is not None:
                 return found
     return None
+
+
+def run_status(args: argparse.Namespace) -> int:
+    """`exactmesh status ...`: one GET to the router's status endpoint."""
+    from .status import StatusError, fetch
+
+    try:
+        where = parse_hostport(args.http, "--http")
+        path = {"delivery": f"/deliveries/{quote(getattr(args, 'id', ''), safe='')}",
+                "deliveries": "/deliveries", "health": "/health"}[args.action]
+        code, body = fetch(where, path)
+    except (ConfigError, StatusError) as err:
+        print(f"exactmesh: error: {err}", file=sys.stderr)
+        return EXIT_USAGE
+    if code == 200 or (code == 404 and args.action == "delivery"):
+        print(json.dumps(body, indent=2))
+        return 0 if code == 200 else EXIT_NOT_FOUND
+    print(f"exactmesh: error: the router at {where} answered {code}: "
+          f"{body.get('error', body)}", file=sys.stderr)
+    return EXIT_USAGE
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -129,6 +179,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         from .demo import run_demo
 
         return run_demo(messages=args.messages, subscribers=args.subscribers)
+    if args.command == "status":
+        return run_status(args)
     return EXIT_USAGE
 
 

@@ -17,6 +17,18 @@ class ConfigError(ValueError):
     """A configuration problem, in one line a person can act on."""
 
 
+class ListenError(OSError):
+    """A listener could not bind: names the option, so the one-line error can say which."""
+
+    def __init__(self, option: str, where: object, what: str, err: OSError) -> None:
+        super().__init__(err.errno, err.strerror)
+        self.option, self.where, self.what = option, where, what
+
+    def __str__(self) -> str:
+        return (f"cannot listen on {self.where} for {self.what}: {self.strerror}; "
+                f"choose another --{self.option} address")
+
+
 @dataclass(slots=True, frozen=True)
 class HostPort:
     host: str
@@ -43,6 +55,7 @@ class RouterConfig:
     max_delivery_attempts: int = 5
     idle_timeout: float = 16.0
     log_level: str = "info"
+    http: HostPort | None = None  # the status endpoint (router/status.py); off by default
     # the mesh
     listen: HostPort | None = None  # where peer routers connect to us
     connect: tuple[HostPort, ...] = ()  # peer routers we connect to
@@ -117,6 +130,7 @@ OPTIONS: dict[str, tuple[str, Any, str]] = {
     "idle-timeout": ("idle_timeout", _positive_float, "a positive number of seconds"),
     "log-level": ("log_level", _choice("debug", "info", "warning", "error"),
                   "debug, info, warning or error"),
+    "http": ("http", None, "HOST:PORT"),
     "listen": ("listen", None, "HOST:PORT"),
     "connect": ("connect", None, "a list of HOST:PORT"),
     "cluster": ("cluster", _router_id, "1-64 letters, digits, '-', '_' or '.'"),
@@ -161,7 +175,7 @@ def build(file_options: dict[str, Any], flag_options: dict[str, Any]) -> RouterC
     values: dict[str, Any] = {}
     for name, raw in merged.items():
         field_name, convert, allowed = OPTIONS[name]
-        if name in ("amqp", "listen"):
+        if name in ("amqp", "http", "listen"):
             values[field_name] = parse_hostport(raw, name)
             continue
         if name == "connect":

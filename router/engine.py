@@ -103,6 +103,12 @@ class Engine:
         self._remote: SubscriptionIndex[tuple[str, str]] = SubscriptionIndex()
         # Records that involve other routers, by (origin router, delivery id).
         self._mesh_records: dict[tuple[str, str], Record] = {}
+        # Live records by delivery id, for status queries. A publisher may reuse a tag while a
+        # record with it is still alive (pre-settled messages; mode 'some' with copies still
+        # owed; a failover), so the index holds the newest and the older ones wait in
+        # `_id_clashes` to take its place when it is forgotten.
+        self._by_id: dict[str, Record] = {}
+        self._id_clashes: dict[str, list[Record]] = {}
         self._actions: list[Action] = []
         self._seq = 0
         self._expiry: list[tuple[float, int]] = []  # heap of (deadline, record seq)
@@ -122,11 +128,9 @@ class Engine:
         return heap[0][0] if heap else None
 
     def find(self, delivery_id: str) -> Record | None:
-        """A live record by its delivery id (the outgoing tag in hex)."""
-        for rec in self.records.values():
-            if rec.id == delivery_id:
-                return rec
-        return None
+        """A live record by its delivery id (the outgoing tag in hex); the newest if a reused
+        tag gave several live records the same id."""
+        return self._by_id.get(delivery_id)
 
     def iter_records(self) -> Iterator[Record]:
         return iter(self.records.values())
@@ -228,7 +232,7 @@ class Engine:
         rec = Record(self._seq, None, b"", msg_id.encode(), payload, mode if mode in MODES
                      else ALL, False, expires, address=address, origin=origin)
         self.stats.received += 1
-        self.records[rec.seq] = rec
+        self._track(rec)
         self._mesh_records[(origin, msg_id)] = rec
         if expires is not None:
             heapq.heappush(self._expiry, (expires, rec.seq))
@@ -351,7 +355,7 @@ class Engine:
         if not matched and not remote:
             self._no_subscribers(pub, rec)
             return
-        self.records[seq] = rec
+        self._track(rec)
         pub.live += 1
         if not settled:
             pub.records[tag] = rec
@@ -579,7 +583,7 @@ class Engine:
         """Decide at once, and keep the record until the publisher settles so that its
         settlement finds it (and its credit comes back then, not before)."""
         rec.outcome = outcome
-        self.records[rec.seq] = rec
+        self._track(rec)
         pub.live += 1
         pub.records[rec.pub_tag] = rec
         self._actions.append(Decide(pub.link, rec.pub_tag, outcome))
@@ -624,7 +628,7 @@ class Engine:
         """Forget a record once its publisher settled and no copy is still owed."""
         if rec.pending or not rec.pub_settled or rec.seq not in self.records:
             return
-        del self.records[rec.seq]
+        self._untrack(rec)
         if rec.origin is not None or rec.peers:
             self._mesh_records.pop((rec.origin or self.config.router_id, rec.id), None)
         if rec.peers:
@@ -638,6 +642,28 @@ class Engine:
             pub.live -= 1
             if pub.link in self.publishers:
                 self._refill(pub)
+
+    def _track(self, rec: Record) -> None:
+        """A record is live: index it by sequence number and by delivery id."""
+        self.records[rec.seq] = rec
+        older = self._by_id.setdefault(rec.id, rec)
+        if older is not rec:  # a reused id: the newest takes the index
+            self._id_clashes.setdefault(rec.id, []).append(older)
+            self._by_id[rec.id] = rec
+
+    def _untrack(self, rec: Record) -> None:
+        """Undo `_track`; an older record with the same id takes the index back."""
+        del self.records[rec.seq]
+        clashes = self._id_clashes.get(rec.id) if self._id_clashes else None
+        if clashes is None:
+            del self._by_id[rec.id]
+            return
+        if self._by_id[rec.id] is rec:
+            self._by_id[rec.id] = clashes.pop()
+        else:
+            clashes.remove(rec)
+        if not clashes:
+            del self._id_clashes[rec.id]
 
     def _refill(self, pub: Publisher, force: bool = False) -> None:
         """Keep the publisher's credit plus its live records at the window; grant in

@@ -14,7 +14,7 @@ from typing import Any, Protocol
 import trio
 
 from .actions import MESH_ACTIONS
-from .config import RouterConfig
+from .config import ListenError, RouterConfig
 from .engine import Engine, EngineConfig
 
 log = logging.getLogger("exactmesh.router")
@@ -97,12 +97,20 @@ class Node:
 
                 runtime = MeshRuntime(self, self.config)
                 await nursery.start(runtime.run)
-            listeners = await nursery.start(serve_amqp, self, self.config.amqp)
+            listeners = await _listening(nursery, "amqp", "AMQP", serve_amqp, self,
+                                         self.config.amqp)
+            http_note = ""
+            if self.config.http is not None:
+                from .status import serve_status
+
+                http = await _listening(nursery, "http", "HTTP status", serve_status, self,
+                                        self.config.http)
+                http_note = ", http {}:{}".format(*http[0].socket.getsockname()[:2])
             nursery.start_soon(self._timer)
             addr = listeners[0].socket.getsockname()
             mesh_note = f", mesh {self.config.listen}" if self.config.listen else ""
-            log.info("exactmesh router %s ready: amqp %s:%s%s", self.config.id, addr[0],
-                     addr[1], mesh_note)
+            log.info("exactmesh router %s ready: amqp %s:%s%s%s", self.config.id, addr[0],
+                     addr[1], mesh_note, http_note)
             task_status.started(addr)
             with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
                 async for signum in signals:
@@ -138,3 +146,11 @@ class Node:
                 engine.tick(trio.current_time())
                 self.flush()
 
+
+async def _listening(nursery: trio.Nursery, option: str, what: str, serve: Any,
+                     *args: Any) -> Any:
+    """Start a listening service; a bind failure names the option (one line, exit 2)."""
+    try:
+        return await nursery.start(serve, *args)
+    except OSError as err:
+        raise ListenError(option, args[-1], what, err) from err
