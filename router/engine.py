@@ -348,6 +348,11 @@ class Engine:
         self._seq += 1
         seq = self._seq
         out_tag = outgoing_tag(pub.ident.container, pub.ident.name, tag)
+        if out_tag.decode() in self._by_id:
+            # The publisher reused a tag (legal once it settled) while the older message is
+            # still owed to someone: both must stay distinct at subscribers and across the
+            # mesh, so this one's tag is salted with its sequence number.
+            out_tag = outgoing_tag(pub.ident.container, pub.ident.name, tag + b"#%d" % seq)
         expires = now + ttl_ms / 1000.0 if ttl_ms else None
         rec = Record(seq, pub, tag, out_tag, payload, mode, settled, expires)
         matched = self._index.match(pub.address)
