@@ -47,7 +47,8 @@ class Node:
         self.mesh: Any = None  # the MeshNode when this router has peers
 
     def mesh_output(self) -> None:
-        """Send the frames the mesh layer produced (set up by the mesh runtime)."""
+        """Send the frames the mesh layer produced. Without peers there are none; the mesh
+        runtime replaces this with its own sender when the router has peers."""
 
     # ---------------------------------------------------------------- links
 
