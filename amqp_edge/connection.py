@@ -19,6 +19,7 @@ from proton import (
     Endpoint,
     Event,
     Link,
+    Terminus,
     Transport,
     symbol,
 )
@@ -133,10 +134,12 @@ class AmqpConnection:
             if event.link.state & Endpoint.LOCAL_UNINIT:
                 self._on_attach(event.link)
         elif t in (Event.LINK_REMOTE_CLOSE, Event.LINK_REMOTE_DETACH):
-            self._on_detach(event.link)
+            # A closed link ends its subscription; a detach without close (AMQP 2.6.6)
+            # leaves a warm (durable) subscriber subscribed, waiting for it to come back.
+            self._on_detach(event.link, final=t == Event.LINK_REMOTE_CLOSE)
         elif t == Event.SESSION_REMOTE_CLOSE:
             for ls in [ls for ls in self.links.values() if ls.link.session == event.session]:
-                self._forget(ls)
+                self._forget(ls, final=False)
             event.session.close()
         elif t == Event.CONNECTION_REMOTE_CLOSE:
             self.connection.close()
@@ -209,10 +212,24 @@ class AmqpConnection:
         link.source.address = topic_filter
         link.target.copy(link.remote_target)
         link.snd_settle_mode = Link.SND_SETTLED if presettled else Link.SND_UNSETTLED
+        warm_timeout = self._warm_timeout(source, link)
         link.open()
         ls = self._register(link, False, ident)
-        self.engine.attach_subscriber(ls.id, ident, topic_filter, presettled=presettled)
+        self.engine.attach_subscriber(ls.id, ident, topic_filter, presettled=presettled,
+                                      warm_timeout=warm_timeout)
         log.debug("subscriber %s attached with filter %s", ls.label, topic_filter)
+
+    def _warm_timeout(self, source: Terminus, link: Link) -> float | None:
+        """A durable source terminus (AMQP 3.5.3) makes a warm subscriber: it stays subscribed
+        for the terminus' timeout (or the router's reconnect-timeout) after its link goes
+        without closing. Our answer echoes the durability and the timeout we will keep."""
+        if source.durability == Terminus.NONDURABLE:
+            return None
+        timeout = float(source.timeout or self.engine.config.reconnect_timeout)
+        link.source.durability = source.durability
+        link.source.expiry_policy = source.expiry_policy
+        link.source.timeout = int(timeout)
+        return timeout
 
     def _register(self, link: Link, is_publisher: bool, ident: LinkIdentity) -> LinkState:
         link_id = self.node.new_link_id()
@@ -228,14 +245,14 @@ class AmqpConnection:
         link.condition = Condition(condition, description)
         link.close()
 
-    def _on_detach(self, link: Link) -> None:
+    def _on_detach(self, link: Link, final: bool) -> None:
         ls = self.links.get(pn.impl(link))
         if ls is not None:
-            self._forget(ls)
+            self._forget(ls, final=final)
         if not link.state & Endpoint.LOCAL_CLOSED:
             link.close()
 
-    def _forget(self, ls: LinkState) -> None:
+    def _forget(self, ls: LinkState, final: bool = True) -> None:
         """The link is gone: tell the engine, drop what we kept for it."""
         if self.links.pop(ls.ptr, None) is None:
             return
@@ -245,7 +262,7 @@ class AmqpConnection:
                 self.incoming.pop(d, None)
             self.engine.detach_publisher(ls.id)
         else:
-            self.engine.detach_subscriber(ls.id)
+            self.engine.detach_subscriber(ls.id, final=final, now=self.node.now())
         ls.deliveries.clear()
         self._drain_check.discard(ls)
 
@@ -404,7 +421,7 @@ class AmqpConnection:
         """An internal error on this connection: close it without harming the others."""
         try:
             for ls in list(self.links.values()):
-                self._forget(ls)
+                self._forget(ls, final=False)
             self.connection.condition = Condition(INTERNAL_ERROR, description)
             self.connection.close()
         finally:
@@ -412,9 +429,10 @@ class AmqpConnection:
             self._output()
 
     def closed(self) -> None:
-        """The socket is gone: every link of this connection detaches."""
+        """The socket is gone: every link of this connection detaches, without closing (so
+        warm subscribers stay subscribed)."""
         for ls in list(self.links.values()):
-            self._forget(ls)
+            self._forget(ls, final=False)
         self.incoming.clear()
         self.node.flush()
 

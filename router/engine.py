@@ -14,6 +14,7 @@ the record is forgotten once nobody needs it.
 from __future__ import annotations
 
 import heapq
+from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -77,6 +78,7 @@ class EngineConfig:
     no_subscribers: str = "accept"  # or "reject"
     max_delivery_attempts: int = 5  # first delivery plus redeliveries to one subscriber
     publisher_window: int = 256  # records one publisher link may hold in the router
+    reconnect_timeout: float = 30.0  # a warm subscriber's default time to come back
 
 
 @dataclass(slots=True)
@@ -99,6 +101,9 @@ class Engine:
         self.records: dict[int, Record] = {}  # live records by sequence number
         self._index: SubscriptionIndex[int] = SubscriptionIndex()
         self._by_key: dict[str, Subscriber] = {}  # local subscribers by mesh key
+        self._by_sid: dict[int, Subscriber] = {}  # attached and warm ones, by sid
+        self._warm: dict[str, Subscriber] = {}  # warm subscribers away, by key
+        self._warm_expiry: list[tuple[float, int]] = []  # heap of (deadline, sid)
         # Subscribers at other routers, as gossip told us: (router, key) -> filter.
         self._remote: SubscriptionIndex[tuple[str, str]] = SubscriptionIndex()
         # Records that involve other routers, by (origin router, delivery id).
@@ -125,7 +130,11 @@ class Engine:
         heap = self._expiry
         while heap and heap[0][1] not in self.records:
             heapq.heappop(heap)
-        return heap[0][0] if heap else None
+        warm = self._warm_expiry
+        while warm and warm[0][1] not in self._by_sid:
+            heapq.heappop(warm)
+        deadlines = [h[0][0] for h in (heap, warm) if h]
+        return min(deadlines) if deadlines else None
 
     def find(self, delivery_id: str) -> Record | None:
         """A live record by its delivery id (the outgoing tag in hex); the newest if a reused
@@ -157,23 +166,51 @@ class Engine:
         pub.records.clear()
 
     def attach_subscriber(
-        self, link: int, ident: LinkIdentity, topic_filter: str, presettled: bool = False
+        self,
+        link: int,
+        ident: LinkIdentity,
+        topic_filter: str,
+        presettled: bool = False,
+        warm_timeout: float | None = None,
     ) -> None:
         """A client attached a link to receive messages matching `topic_filter`. It is owed
-        every message that arrives from now on; nothing published before."""
+        every message that arrives from now on; nothing published before. With
+        `warm_timeout` (a durable terminus) it stays subscribed that long when it goes away,
+        and what arrives meanwhile waits for it. A warm subscriber coming back with the same
+        identity and filter gets first what it had not accepted, in publish order."""
         label = ident.label(self.config.router_id)
+        warm = self._warm.pop(ident.key, None)
+        if warm is not None and warm.filter == topic_filter:
+            warm.link, warm.credit, warm.warm_until = link, 0, None
+            warm.warm_timeout, warm.presettled = warm_timeout, presettled
+            self.subscribers[link] = warm
+            return
+        if warm is not None:
+            self._expire_warm(warm, "came back with another filter")
         sub = Subscriber(link, ident, topic_filter, label, presettled)
+        sub.warm_timeout = warm_timeout
         self.subscribers[link] = sub
+        self._by_sid[sub.sid] = sub
         self._by_key[sub.key] = sub
-        self._index.add(link, topic_filter)
+        self._index.add(sub.sid, topic_filter)
         self._actions.append(Subscribed(sub.key, topic_filter))
 
-    def detach_subscriber(self, link: int) -> None:
-        """The subscriber left: whatever it had not accepted fails (it names the subscriber)."""
+    def detach_subscriber(self, link: int, *, final: bool = True, now: float = 0.0) -> None:
+        """The subscriber's link is gone. `final` (it closed the link) ends the subscription:
+        whatever it had not accepted fails, naming it. Otherwise (a detach without close, a
+        lost connection) a warm subscriber stays subscribed until its timeout."""
         sub = self.subscribers.pop(link, None)
         if sub is None:
             return
-        self._index.remove(link)
+        if not final and sub.warm_timeout:
+            self._go_warm(sub, now)
+            return
+        self._unsubscribe(sub, "detached before accepting it")
+
+    def _unsubscribe(self, sub: Subscriber, reason: str) -> None:
+        """The subscription ends: its copies not yet accepted fail with `reason`."""
+        self._index.remove(sub.sid)
+        self._by_sid.pop(sub.sid, None)
         if self._by_key.get(sub.key) is sub:
             del self._by_key[sub.key]
             self._actions.append(Subscribed(sub.key, None))
@@ -181,15 +218,40 @@ class Engine:
         sub.inflight.clear()
         sub.queue.clear()
         for rec in touched:
-            copy = rec.copies.get(link)
+            copy = rec.copies.get(sub.sid)
             if copy is None:
                 continue
             copy.sub_settled = True  # the link is gone: nothing left to settle on it
             if copy.state in (QUEUED, SENT):
-                self._fail(rec, copy, "detached before accepting it")
+                self._fail(rec, copy, reason)
         for rec in dict.fromkeys(touched):
             self._decide(rec)
             self._maybe_forget(rec)
+
+    def _go_warm(self, sub: Subscriber, now: float) -> None:
+        """A warm subscriber went away: copies in doubt go back to its queue, to be sent
+        again first, and everything waits in publish order until it returns or times out."""
+        sub.link = None
+        sub.credit = 0
+        waiting: dict[int, Record] = {}
+        for rec in list(sub.inflight.values()) + list(sub.queue):
+            copy = rec.copies.get(sub.sid)
+            if copy is None:
+                continue
+            copy.sub_settled = True  # its link is gone: nothing to settle there any more
+            if copy.state == SENT:
+                copy.state = QUEUED  # in doubt: it may not have seen it, so it comes again
+            if copy.state == QUEUED:
+                waiting[rec.seq] = rec
+        sub.inflight.clear()
+        sub.queue = deque(waiting[seq] for seq in sorted(waiting))
+        sub.warm_until = now + (sub.warm_timeout or self.config.reconnect_timeout)
+        heapq.heappush(self._warm_expiry, (sub.warm_until, sub.sid))
+        self._warm[sub.key] = sub
+
+    def _expire_warm(self, sub: Subscriber, reason: str) -> None:
+        self._warm.pop(sub.key, None)
+        self._unsubscribe(sub, reason)
 
     def subscriber_credit(self, link: int, credit: int) -> None:
         """The subscriber's link credit is now `credit` (as the edge reads it off the link)."""
@@ -243,7 +305,7 @@ class Engine:
             if sub is None:
                 missing.append(key)
             else:
-                matched.append(sub.link)
+                matched.append(sub.sid)
         # The failures first: sending copies can decide the verdict (an at-most-once
         # subscriber accepts on send), and it must not be decided without them.
         for key in missing:
@@ -372,14 +434,14 @@ class Engine:
 
     def _add_copies(self, rec: Record, matched: tuple[int, ...]) -> None:
         """Queue a copy for each matched local subscriber, in arrival order."""
-        subscribers = self.subscribers
-        for sub_link in matched:
-            sub = subscribers[sub_link]
-            rec.copies[sub_link] = Copy(sub)
+        by_sid = self._by_sid
+        for sid in matched:
+            sub = by_sid[sid]
+            rec.copies[sid] = Copy(sub)
             sub.queue.append(rec)
         rec.pending += len(matched)
-        for sub_link in matched:
-            self._pump(subscribers[sub_link])
+        for sid in matched:
+            self._pump(by_sid[sid])
 
     def _forward(
         self, rec: Record, remote: tuple[tuple[str, str], ...], ttl_ms: int | None
@@ -424,7 +486,7 @@ class Engine:
         rec = sub.inflight.get(tag)
         if rec is None:
             return  # a late answer for a copy already settled (expired, withdrawn)
-        copy = rec.copies[link]
+        copy = rec.copies[sub.sid]
         if settled:
             copy.sub_settled = True
         if copy.state != SENT:
@@ -473,6 +535,13 @@ class Engine:
             rec = self.records.get(seq)
             if rec is not None:
                 self._expire(rec)
+        warm = self._warm_expiry
+        while warm and warm[0][0] <= now:
+            until, sid = heapq.heappop(warm)
+            sub = self._by_sid.get(sid)
+            if sub is not None and sub.link is None and sub.warm_until == until:
+                timeout = sub.warm_timeout or self.config.reconnect_timeout
+                self._expire_warm(sub, f"did not come back within {timeout:g} s")
 
     # ------------------------------------------------------------------ internals
 
@@ -480,10 +549,13 @@ class Engine:
         """Send queued copies while the subscriber has credit."""
         queue = sub.queue
         link = sub.link
+        if link is None:
+            return  # a warm subscriber away: it all waits for it
+        sid = sub.sid
         actions = self._actions
         while sub.credit > 0 and queue:
             rec = queue.popleft()
-            copy = rec.copies.get(link)
+            copy = rec.copies.get(sid)
             if copy is None or copy.state != QUEUED:
                 continue  # withdrawn or expired while it waited
             attempt = copy.attempts
@@ -515,7 +587,8 @@ class Engine:
 
     def _settle_copy(self, sub: Subscriber, rec: Record, copy: Copy) -> None:
         """Settle the router's side of a sent copy, once."""
-        if sub.inflight.pop(rec.out_tag, None) is not None and not copy.sub_settled:
+        if (sub.inflight.pop(rec.out_tag, None) is not None and not copy.sub_settled
+                and sub.link is not None):
             self._actions.append(SettleCopy(sub.link, rec.out_tag))
         copy.sub_settled = True
 

@@ -68,13 +68,19 @@ class LinkIdentity:
 
 class Subscriber:
     __slots__ = (
-        "credit", "filter", "ident", "inflight", "key", "label", "link", "presettled", "queue"
+        "credit", "filter", "ident", "inflight", "key", "label", "link", "presettled", "queue",
+        "sid", "warm_timeout", "warm_until",
     )
 
     def __init__(
         self, link: int, ident: LinkIdentity, topic_filter: str, label: str, presettled: bool
     ) -> None:
-        self.link = link
+        self.link: int | None = link  # None while a warm subscriber is away
+        # Its number in the engine for good: records and the index know it by this, so that
+        # a warm subscriber coming back on a new link finds its copies where they were.
+        self.sid = link
+        self.warm_timeout: float | None = None  # seconds it stays subscribed while away
+        self.warm_until: float | None = None  # when it fails if still away
         self.ident = ident
         self.filter = topic_filter
         self.label = label

@@ -40,6 +40,7 @@ TOPICS = ["a", "a/b", "b"]
 FILTERS = ["a", "a/#", "+", "#", "a/+", "b", "c"]
 WINDOW = 4
 MAX_ATTEMPTS = 3
+WARM_TIMEOUT = 5.0
 
 
 @dataclass
@@ -58,6 +59,9 @@ class Msg:
 @dataclass
 class SubModel:
     filter: str
+    sid: int  # the engine's number for it: its first link, kept when a warm one comes back
+    warm: bool = False
+    away_until: float = 0.0  # while a warm subscriber is away: when the router gives up on it
     credit: int = 0
     unanswered: list[bytes] = field(default_factory=list)  # sent, not answered, in order
     sends: dict[bytes, int] = field(default_factory=dict)  # out tag -> copies received
@@ -87,6 +91,7 @@ class EngineMachine(RuleBasedStateMachine):
         self.subs: dict[int, SubModel] = {}
         self.msgs: dict[bytes, Msg] = {}  # by outgoing tag
         self.closed: list[CloseLink] = []
+        self.away: dict[int, SubModel] = {}  # warm subscribers away, by sid
 
     # --------------------------------------------------------------- applying actions
 
@@ -119,10 +124,10 @@ class EngineMachine(RuleBasedStateMachine):
         assert sub.credit > 0, "Send without credit"
         sub.credit -= 1
         msg = self.msgs[send.tag]
-        assert send.link in msg.matched, "a subscriber got a message it was not owed"
+        assert sub.sid in msg.matched, "a subscriber got a message it was not owed"
         copies = sub.sends.get(send.tag, 0)
         assert send.attempt == copies, "attempt number does not count earlier copies"
-        assert copies == msg.released_by.get(send.link, 0), "duplicate not asked for"
+        assert copies == msg.released_by.get(sub.sid, 0), "duplicate not asked for"
         sub.sends[send.tag] = copies + 1
         if copies == 0:
             last = sub.last_seq.get(msg.pub, -1)
@@ -160,12 +165,46 @@ class EngineMachine(RuleBasedStateMachine):
         self.engine.attach_publisher(link, LinkIdentity("c", f"p{link}"), topic, mode)
         self.apply()
 
-    @rule(topic_filter=st.sampled_from(FILTERS))
-    def attach_subscriber(self, topic_filter: str) -> None:
+    @rule(topic_filter=st.sampled_from(FILTERS), warm=st.booleans())
+    def attach_subscriber(self, topic_filter: str, warm: bool) -> None:
         link = self.next_link
         self.next_link += 1
-        self.subs[link] = SubModel(topic_filter)
-        self.engine.attach_subscriber(link, LinkIdentity("c", f"s{link}"), topic_filter)
+        self.subs[link] = SubModel(topic_filter, sid=link, warm=warm)
+        self.engine.attach_subscriber(link, LinkIdentity("c", f"s{link}"), topic_filter,
+                                      warm_timeout=WARM_TIMEOUT if warm else None)
+        self.apply()
+
+    @precondition(lambda self: any(s.warm for s in self.subs.values()))
+    @rule(data=st.data())
+    def warm_subscriber_goes_away(self, data) -> None:
+        """Its link goes without closing: it stays subscribed; what it had in doubt is owed
+        to it again, as a redelivery."""
+        link = data.draw(st.sampled_from(sorted(k for k, s in self.subs.items() if s.warm)))
+        sub = self.subs.pop(link)
+        for tag in sub.unanswered:
+            msg = self.msgs[tag]
+            msg.released_by[sub.sid] = msg.released_by.get(sub.sid, 0) + 1
+        sub.unanswered.clear()
+        sub.router_unsettled.clear()
+        sub.credit = 0
+        sub.away_until = self.now + WARM_TIMEOUT
+        self.away[sub.sid] = sub
+        self.engine.detach_subscriber(link, final=False, now=self.now)
+        self.apply()
+
+    @precondition(lambda self: self.away)
+    @rule(data=st.data())
+    def warm_subscriber_comes_back(self, data) -> None:
+        sid = data.draw(st.sampled_from(sorted(self.away)))
+        self._come_back(sid)
+
+    def _come_back(self, sid: int) -> None:
+        sub = self.away.pop(sid)
+        link = self.next_link
+        self.next_link += 1
+        self.subs[link] = sub
+        self.engine.attach_subscriber(link, LinkIdentity("c", f"s{sid}"), sub.filter,
+                                      warm_timeout=WARM_TIMEOUT)
         self.apply()
 
     @precondition(lambda self: self.subs)
@@ -191,7 +230,8 @@ class EngineMachine(RuleBasedStateMachine):
         tag = str(pub.next_tag).encode()
         pub.next_tag += 1
         out = outgoing_tag("c", f"p{link}", tag)
-        matched = frozenset(s for s, m in self.subs.items() if matches(m.filter, pub.topic))
+        owed = [*self.subs.values(), *self.away.values()]
+        matched = frozenset(m.sid for m in owed if matches(m.filter, pub.topic))
         self.msgs[out] = Msg(link, tag, pub.next_tag, matched, override or pub.mode, presettled)
         if not presettled:
             pub.undecided.append(tag)
@@ -223,9 +263,9 @@ class EngineMachine(RuleBasedStateMachine):
         sub.unanswered.remove(tag)
         msg = self.msgs[tag]
         if disposition == Disposition.ACCEPTED:
-            msg.accepted_by.add(link)
+            msg.accepted_by.add(sub.sid)
         elif disposition in (Disposition.RELEASED, Disposition.MODIFIED):
-            msg.released_by[link] = msg.released_by.get(link, 0) + 1
+            msg.released_by[sub.sid] = msg.released_by.get(sub.sid, 0) + 1
         if settled:
             sub.router_unsettled.discard(tag)
         self.engine.copy_outcome(link, tag, disposition, settled=settled, error="nope")
@@ -264,6 +304,8 @@ class EngineMachine(RuleBasedStateMachine):
     @rule(seconds=st.sampled_from([0.5, 2.0, 10.0]))
     def time_passes(self, seconds: float) -> None:
         self.now += seconds
+        for sid in [sid for sid, s in self.away.items() if s.away_until <= self.now]:
+            del self.away[sid]  # the router gives up on it: what it was owed fails
         self.engine.tick(self.now)
         self.apply()
 
@@ -276,12 +318,14 @@ class EngineMachine(RuleBasedStateMachine):
 
     def teardown(self) -> None:
         """Everyone answers and settles everything: nothing may be left in the engine."""
+        for sid in sorted(self.away):
+            self._come_back(sid)
         for _ in range(100):
             progressed = False
             for link, sub in self.subs.items():
                 if sub.unanswered:
                     tag = sub.unanswered.pop(0)
-                    self.msgs[tag].accepted_by.add(link)
+                    self.msgs[tag].accepted_by.add(sub.sid)
                     sub.router_unsettled.discard(tag)
                     self.engine.copy_outcome(link, tag, Disposition.ACCEPTED, settled=True)
                     progressed = True

@@ -40,3 +40,59 @@ def test_a_reused_tag_while_the_older_message_is_still_owed_gets_a_distinct_tag(
     e.publisher_settled(9, b"tag")
     e.take_actions()
     assert not e.records
+
+
+def warm_setup() -> Engine:
+    e = Engine(EngineConfig(router_id="A", reconnect_timeout=30.0))
+    e.attach_subscriber(1, LinkIdentity("app", "warm"), "t", warm_timeout=5.0)
+    e.subscriber_credit(1, 10)
+    e.attach_publisher(9, LinkIdentity("c", "pub"), "t", "all")
+    e.take_actions()
+    return e
+
+
+def test_a_warm_subscriber_gets_what_it_missed_first_and_in_order_when_it_comes_back() -> None:
+    e = warm_setup()
+    e.message(9, b"1", b"m1")
+    (in_doubt,) = sends(e)  # sent, never answered: in doubt when it goes away
+    e.detach_subscriber(1, final=False, now=0.0)  # e.g. its connection dropped
+    e.message(9, b"2", b"m2")
+    e.message(9, b"3", b"m3")
+    assert sends(e) == []  # nothing goes anywhere while it is away...
+    assert not any(isinstance(a, Decide) for a in e.take_actions())  # ...and nobody is told
+    e.attach_subscriber(7, LinkIdentity("app", "warm"), "t", warm_timeout=5.0)  # new link
+    e.subscriber_credit(7, 10)
+    back = sends(e)
+    assert [(s.link, s.payload, s.attempt) for s in back] == [
+        (7, b"m1", 1),  # the one in doubt again, as a redelivery, first
+        (7, b"m2", 0),
+        (7, b"m3", 0),
+    ]
+    assert back[0].tag == in_doubt.tag
+    for s in back:
+        e.copy_outcome(7, s.tag, Disposition.ACCEPTED, settled=True)
+    decided = [a for a in e.take_actions() if isinstance(a, Decide)]
+    assert [d.outcome for d in decided] == [ACCEPTED] * 3
+
+
+def test_a_warm_subscriber_that_does_not_come_back_in_time_fails_naming_it() -> None:
+    e = warm_setup()
+    e.message(9, b"1", b"m1")
+    sends(e)
+    e.detach_subscriber(1, final=False, now=10.0)
+    assert e.next_deadline() == 15.0
+    e.tick(14.9)
+    assert not any(isinstance(a, Decide) for a in e.take_actions())
+    e.tick(15.0)
+    (decided,) = [a for a in e.take_actions() if isinstance(a, Decide)]
+    assert decided.outcome.condition == "exactmesh:delivery-failed"
+    assert "app/warm@A did not come back within 5 s" in decided.outcome.description
+
+
+def test_closing_the_link_ends_even_a_warm_subscription() -> None:
+    e = warm_setup()
+    e.message(9, b"1", b"m1")
+    sends(e)
+    e.detach_subscriber(1, final=True, now=0.0)
+    (decided,) = [a for a in e.take_actions() if isinstance(a, Decide)]
+    assert "detached before accepting it" in decided.outcome.description
