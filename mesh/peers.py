@@ -8,6 +8,10 @@ connection that fails in any way is logged in one line and closed; nothing escap
 manager, since one bad peer must never take the router down. trio's SocketStream sets
 TCP_NODELAY itself.
 
+With TLS configured (`PeerSettings.tls_server` / `tls_client`), every connection is wrapped
+in a `trio.SSLStream` and the TLS handshake runs first, inside the same handshake deadline; the
+HMAC handshake then runs inside TLS. A TLS failure closes that one link like any other failure.
+
 Callbacks run synchronously in the link's tasks. They never nest: an `on_down` caused by the
 node closing a link from inside a callback runs right after that callback returns.
 """
@@ -16,6 +20,7 @@ from __future__ import annotations
 
 import logging
 import random
+import ssl
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -49,11 +54,24 @@ class PeerSettings:
     max_frame: int = 2 * 1024 * 1024
     reconnect_min: float = 0.05
     reconnect_max: float = 1.0
+    # Mutual TLS for peer links (both set, or neither): contexts for accepted connections
+    # (server side) and for the ones we dial (client side). Built by `RouterConfig.peer_tls`.
+    tls_server: ssl.SSLContext | None = None
+    tls_client: ssl.SSLContext | None = None
 
     @property
     def handshake_timeout(self) -> float:
         """Also the TCP connect timeout: a blackholed SYN must not stall a connect loop."""
         return max(2 * self.heartbeat, 2.0)
+
+
+def _lost(exc: BaseException) -> str:
+    """Why a stream broke, for the log: the TLS error itself when TLS is what failed (trio
+    raises BrokenResourceError from the ssl module's error)."""
+    cause = exc.__cause__
+    if isinstance(cause, ssl.SSLError | ssl.CertificateError):
+        return f"TLS error: {cause}"
+    return f"connection lost: {str(exc) or type(exc).__name__}"
 
 
 class PeerLink:
@@ -77,6 +95,8 @@ class PeerLink:
         self._wake = trio.Event()
         self._scope: trio.CancelScope | None = None
         self._last_sent = self._last_recv = trio.current_time()
+        # TLS and the HMAC handshake together must be done by then.
+        self._handshake_deadline = self._last_recv + s.handshake_timeout
 
     def __repr__(self) -> str:
         return f"<PeerLink {self._describe()}{' closed' if self.closed else ''}>"
@@ -141,9 +161,12 @@ class PeerLink:
                     self._scope.deadline, trio.current_time() + CLOSE_GRACE)
         self._manager._link_closed(self, reason)
 
-    async def _run(self, stream: trio.SocketStream) -> None:
+    async def _run(self, stream: trio.abc.Stream) -> None:
         async with trio.open_nursery() as nursery:
             self._scope = nursery.cancel_scope
+            tls = isinstance(stream, trio.SSLStream) and not self._manager.closed
+            if tls and not await self._tls_handshake(stream):
+                return
             if self._manager.closed:
                 self._close("the router is shutting down")
             else:
@@ -154,13 +177,40 @@ class PeerLink:
             if not self.closed:
                 nursery.start_soon(self._reader, stream)
 
-    async def _reader(self, stream: trio.SocketStream) -> None:
+    async def _tls_handshake(self, stream: trio.SSLStream) -> bool:
+        """The TLS handshake, before any frame; False (and the link closed) if it failed.
+        Certificates are checked against the cluster CA only, not against host names: a peer
+        is identified by the router id it proves in the HMAC handshake that follows."""
+        with trio.move_on_at(self._handshake_deadline):
+            try:
+                await stream.do_handshake()
+            except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
+                self._close(f"TLS handshake failed: {_lost(exc).removeprefix('TLS error: ')}",
+                            refuse=False, level=logging.WARNING)
+                return False
+            return True
+        timeout = self._manager.settings.handshake_timeout
+        self._close(f"TLS handshake not complete within {timeout:g} s", refuse=False,
+                    level=logging.WARNING)
+        return False
+
+    def _broken(self, exc: BaseException) -> None:
+        why = _lost(exc)
+        if not why.startswith("TLS error"):
+            self._close(why, refuse=False)
+        elif self._established.is_set():
+            self._close(why, refuse=False, level=logging.WARNING)
+        else:  # with TLS 1.3 a peer refusing our certificate shows only after do_handshake
+            self._close(why.replace("TLS error", "TLS handshake failed", 1), refuse=False,
+                        level=logging.WARNING)
+
+    async def _reader(self, stream: trio.abc.Stream) -> None:
         decoder = FrameDecoder(self._manager.settings.max_frame)
         while not self.closed:
             try:
                 data = await stream.receive_some(READ_SIZE)
             except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
-                self._close(f"connection lost: {exc}", refuse=False)
+                self._broken(exc)
                 return
             if not data:
                 self._close("connection closed by the peer", refuse=False)
@@ -210,7 +260,7 @@ class PeerLink:
         else:
             self._manager._deliver(self, frame)
 
-    async def _writer(self, stream: trio.SocketStream) -> None:
+    async def _writer(self, stream: trio.abc.Stream) -> None:
         try:
             while True:
                 if self._out:
@@ -228,13 +278,13 @@ class PeerLink:
                     await self._wake.wait()
                     self._wake = trio.Event()
         except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
-            self._close(f"connection lost: {exc}", refuse=False)
+            self._broken(exc)
         assert self._scope is not None
         self._scope.cancel()
 
     async def _timer(self) -> None:
         s = self._manager.settings
-        with trio.move_on_after(s.handshake_timeout):
+        with trio.move_on_at(self._handshake_deadline):
             await self._established.wait()
         if not self._established.is_set():
             self._close(f"handshake not complete within {s.handshake_timeout:g} s",
@@ -341,9 +391,14 @@ class PeerManager:
             addr = "?"
         await self._serve(stream, addr, outgoing=False)
 
-    async def _serve(self, stream: trio.SocketStream, addr: str, outgoing: bool) -> PeerLink:
+    async def _serve(self, tcp: trio.SocketStream, addr: str, outgoing: bool) -> PeerLink:
         link = PeerLink(self, addr, outgoing)
         self._all.add(link)
+        s = self.settings
+        context = s.tls_client if outgoing else s.tls_server
+        stream: trio.abc.Stream = tcp
+        if context is not None:
+            stream = trio.SSLStream(tcp, context, server_side=not outgoing)
         try:
             await link._run(stream)
         except Exception:  # a bug in one link must never take the router down

@@ -39,6 +39,7 @@ class MeshRuntime:
             unreachable_timeout=config.unreachable_timeout,
             gossip_interval=config.gossip_interval,
         )
+        tls = config.peer_tls()  # (server side, client side), or None: plain TCP
         settings = PeerSettings(
             router_id=config.id,
             inc=self.inc,
@@ -46,6 +47,8 @@ class MeshRuntime:
             secret=config.secret(),
             heartbeat=config.heartbeat,
             max_frame=config.max_message_size + FRAME_OVERHEAD,
+            tls_server=tls[0] if tls else None,
+            tls_client=tls[1] if tls else None,
         )
         self.peers = PeerManager(settings, self._on_up, self._on_frame, self._on_down)
         self._wake = trio.Event()

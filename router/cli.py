@@ -54,6 +54,9 @@ def _router_parser(sub: argparse._SubParsersAction) -> None:
                    help="deliveries to one subscriber before it counts as failed (default 5)")
     p.add_argument("--idle-timeout", type=float, metavar="SECONDS",
                    help="AMQP idle timeout for client connections (default 16)")
+    p.add_argument("--reconnect-timeout", type=float, metavar="SECONDS",
+                   help="how long a warm (durable) subscriber that went away stays "
+                   "subscribed when its terminus sets no timeout (default 30)")
     p.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
     p.add_argument("--http", metavar="HOST:PORT",
                    help="serve delivery status and health as JSON over HTTP (default off)")
@@ -73,6 +76,12 @@ def _router_parser(sub: argparse._SubParsersAction) -> None:
                       help="subscribers on a router unreachable this long fail (default 30)")
     mesh.add_argument("--gossip-interval", type=float, metavar="SECONDS",
                       help="anti-entropy period (default 0.5)")
+    mesh.add_argument("--peer-tls-cert", metavar="FILE",
+                      help="PEM certificate chain for mutual TLS on peer links (with "
+                      "--peer-tls-key and --peer-tls-ca; default: no TLS)")
+    mesh.add_argument("--peer-tls-key", metavar="FILE", help="PEM private key of that certificate")
+    mesh.add_argument("--peer-tls-ca", metavar="FILE",
+                      help="PEM CA certificates; peers must present a certificate they signed")
 
 
 def _demo_parser(sub: argparse._SubParsersAction) -> None:

@@ -7,6 +7,7 @@ A bad value is a `ConfigError` whose text names the option, what was wrong and w
 
 from __future__ import annotations
 
+import ssl
 import tomllib
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -54,6 +55,7 @@ class RouterConfig:
     publisher_window: int = 256
     max_delivery_attempts: int = 5
     idle_timeout: float = 16.0
+    reconnect_timeout: float = 30.0
     log_level: str = "info"
     http: HostPort | None = None  # the status endpoint (router/status.py); off by default
     # the mesh
@@ -66,6 +68,10 @@ class RouterConfig:
     heartbeat: float = 1.0
     unreachable_timeout: float = 30.0
     gossip_interval: float = 0.5
+    # mutual TLS on peer links: all three files, or none
+    peer_tls_cert: str = ""
+    peer_tls_key: str = ""
+    peer_tls_ca: str = ""
 
     def secret(self) -> bytes:
         """The cluster secret, from the file if one is named (keeps it out of `ps`)."""
@@ -79,8 +85,63 @@ class RouterConfig:
                 ) from None
         return self.cluster_secret.encode()
 
+    def peer_tls(self) -> tuple[ssl.SSLContext, ssl.SSLContext] | None:
+        """The (server side, client side) TLS contexts for peer links, or None without TLS.
+        Loads the files: `build` calls it so that a bad file stops the router at start."""
+        files = {"peer-tls-cert": self.peer_tls_cert, "peer-tls-key": self.peer_tls_key,
+                 "peer-tls-ca": self.peer_tls_ca}
+        if not any(files.values()):
+            return None
+        for name, path in files.items():
+            if not path:
+                raise ConfigError(f"{name} is missing: peer-tls-cert, peer-tls-key and "
+                                  "peer-tls-ca go together (all three or none)")
+        for name, path in files.items():
+            try:
+                with open(path, "rb"):
+                    pass
+            except OSError as err:
+                raise ConfigError(f"{name} {path!r}: {err.strerror}") from None
+        return (_tls_context(ssl.PROTOCOL_TLS_SERVER, self.peer_tls_cert, self.peer_tls_key,
+                             self.peer_tls_ca),
+                _tls_context(ssl.PROTOCOL_TLS_CLIENT, self.peer_tls_cert, self.peer_tls_key,
+                             self.peer_tls_ca))
+
     def cost_to(self, peer: str) -> int:
         return dict(self.link_costs).get(peer, 1)
+
+
+def _tls_context(protocol: int, cert: str, key: str, ca: str) -> ssl.SSLContext:
+    """A context for one side of a peer link: our certificate chain and key, and peers must
+    present a certificate signed by the cluster CA (both sides: mutual TLS)."""
+    context = ssl.SSLContext(protocol)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    # No host name check: routers connect by address and are identified by the router id
+    # each proves in the HMAC handshake, which runs inside TLS; the certificate only has to
+    # be signed by the cluster CA.
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_REQUIRED
+    try:
+        ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT).load_verify_locations(cafile=cert)
+    except ssl.SSLError:
+        raise ConfigError(f"peer-tls-cert {cert!r}: no PEM certificate in it") from None
+
+    def encrypted() -> str:
+        raise ConfigError(f"peer-tls-key {key!r}: the key is encrypted; give an unencrypted "
+                          "PEM key readable only by the router's user")
+
+    try:
+        context.load_cert_chain(cert, key, password=encrypted)
+    except ssl.SSLError as err:
+        if err.reason == "KEY_VALUES_MISMATCH":
+            raise ConfigError(f"peer-tls-key {key!r}: does not match the certificate in "
+                              f"peer-tls-cert {cert!r}") from None
+        raise ConfigError(f"peer-tls-key {key!r}: not a PEM private key ({err})") from None
+    try:
+        context.load_verify_locations(cafile=ca)
+    except ssl.SSLError as err:
+        raise ConfigError(f"peer-tls-ca {ca!r}: no PEM CA certificate in it ({err})") from None
+    return context
 
 
 # option name -> (RouterConfig field, converter, what is allowed)
@@ -128,6 +189,8 @@ OPTIONS: dict[str, tuple[str, Any, str]] = {
     "publisher-window": ("publisher_window", _positive_int, "a positive count of messages"),
     "max-delivery-attempts": ("max_delivery_attempts", _positive_int, "a positive count"),
     "idle-timeout": ("idle_timeout", _positive_float, "a positive number of seconds"),
+    "reconnect-timeout": ("reconnect_timeout", _positive_float,
+                          "a positive number of seconds"),
     "log-level": ("log_level", _choice("debug", "info", "warning", "error"),
                   "debug, info, warning or error"),
     "http": ("http", None, "HOST:PORT"),
@@ -141,6 +204,9 @@ OPTIONS: dict[str, tuple[str, Any, str]] = {
     "unreachable-timeout": ("unreachable_timeout", _positive_float,
                             "a positive number of seconds"),
     "gossip-interval": ("gossip_interval", _positive_float, "a positive number of seconds"),
+    "peer-tls-cert": ("peer_tls_cert", str, "a PEM certificate chain file"),
+    "peer-tls-key": ("peer_tls_key", str, "a PEM private key file"),
+    "peer-tls-ca": ("peer_tls_ca", str, "a PEM file of CA certificates"),
 }
 assert {f for f, _, _ in OPTIONS.values()} == {f.name for f in fields(RouterConfig)}
 
@@ -195,4 +261,5 @@ def build(file_options: dict[str, Any], flag_options: dict[str, Any]) -> RouterC
     if (config.listen or config.connect) and not config.secret():
         raise ConfigError("the cluster secret is empty; put a long random string in "
                           "cluster-secret-file (the same on every router)")
+    config.peer_tls()  # a missing or bad TLS file is found now, not at the first peer link
     return config

@@ -38,6 +38,7 @@ class Node:
                 no_subscribers=config.no_subscribers,
                 max_delivery_attempts=config.max_delivery_attempts,
                 publisher_window=config.publisher_window,
+                reconnect_timeout=config.reconnect_timeout,
             )
         )
         self.connections: set[EdgeConnection] = set()

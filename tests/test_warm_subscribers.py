@@ -103,3 +103,16 @@ def test_closing_the_link_ends_a_warm_subscription_at_once() -> None:
         assert pub.states() == ["accepted"]  # nobody subscribes any more: policy accept
         wc.stop()
         pc.stop()
+
+
+def test_the_router_reconnect_timeout_applies_when_the_terminus_sets_none() -> None:
+    with RouterProcess("A", "--reconnect-timeout", "1") as router:
+        w = warm(router.url)  # durable, no timeout of its own
+        wc = ClientThread(w)
+        assert w.opened.wait(10)
+        go_away(wc, w)
+        pub = Publisher(router.url, "w/x", numbered(1))
+        pc = ClientThread(pub)
+        wait_for(lambda: pub.outcomes, 10, "the outcome after the router's timeout")
+        assert "did not come back within 1 s" in pub.outcomes[0].description
+        pc.stop()
