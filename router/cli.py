@@ -1,7 +1,7 @@
 """The `exactmesh` command.
 
     exactmesh router --id A --amqp 127.0.0.1:5672 [--config router.toml] [options]
-    exactmesh demo [--messages N] [--subscribers K]
+    exactmesh demo [--messages N]
     exactmesh status delivery ID --http HOST:PORT      (also: status deliveries, status health)
 
 Errors in the command line or the configuration, and a port already in use, print one line
@@ -85,10 +85,9 @@ def _router_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def _demo_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("demo", help="run a local router with publishers and subscribers and "
-                       "print a delivery report")
-    p.add_argument("--messages", type=int, default=2000)
-    p.add_argument("--subscribers", type=int, default=3)
+    p = sub.add_parser("demo", help="run three local routers in a line with publishers and "
+                       "subscribers, and print a delivery report")
+    p.add_argument("--messages", type=int, default=2000, help="messages to publish in all")
 
 
 def _status_parser(sub: argparse._SubParsersAction) -> None:
@@ -187,7 +186,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "demo":
         from .demo import run_demo
 
-        return run_demo(messages=args.messages, subscribers=args.subscribers)
+        return run_demo(messages=args.messages)
     if args.command == "status":
         return run_status(args)
     return EXIT_USAGE

@@ -210,8 +210,7 @@ def report(clients: DemoClients) -> bool:
     return ok
 
 
-def run_demo(messages: int = 3000, subscribers: int = 0) -> int:
-    del subscribers  # the line's subscribers are fixed; kept for the CLI's option
+def run_demo(messages: int = 2000) -> int:
     amqp = _free_ports(3)
     mesh = _free_ports(3)
     routers: list[Router] = []
