@@ -515,18 +515,25 @@ def test_silent_peer_is_declared_down_within_the_heartbeat(
     run(test)
 
 
+async def dropped_at_handshake_deadline(
+    port: int, caplog: pytest.LogCaptureFixture, logged: str
+) -> None:
+    """A raw connection that never speaks is closed at the 2 s handshake deadline, logged."""
+    raw = await trio.open_tcp_stream("127.0.0.1", port)
+    started = trio.current_time()
+    with trio.fail_after(4):
+        while await raw.receive_some(65536):
+            pass
+    assert 1.9 <= trio.current_time() - started <= 3
+    assert any(logged in m for m in mesh_lines(caplog))
+    await raw.aclose()
+
+
 def test_a_handshake_that_never_completes_is_dropped(caplog: pytest.LogCaptureFixture) -> None:
     async def test(nursery: trio.Nursery) -> None:
         _, rec_a, port_a = await start(nursery, "A")
-        raw = await trio.open_tcp_stream("127.0.0.1", port_a)
-        started = trio.current_time()
-        with trio.fail_after(4):
-            while await raw.receive_some(65536):
-                pass
-        assert 1.9 <= trio.current_time() - started <= 3
-        assert any("handshake not complete within 2 s" in m for m in mesh_lines(caplog))
+        await dropped_at_handshake_deadline(port_a, caplog, "handshake not complete within 2 s")
         assert rec_a.ups == Counter()
-        await raw.aclose()
 
     run(test)
 
