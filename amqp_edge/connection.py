@@ -30,6 +30,7 @@ from router.records import ALL, MODES, LinkIdentity
 from router.topics import TopicError, validate_filter, validate_topic
 
 from . import pn
+from .resume import ResumeError, answer, publisher_resends, subscriber_resume
 from .sections import MalformedMessage, scan, with_redelivery
 
 if TYPE_CHECKING:
@@ -175,7 +176,7 @@ class AmqpConnection:
                 self._attach_publisher(link, ident)
             else:
                 self._attach_subscriber(link, ident)
-        except TopicError as err:
+        except (TopicError, ResumeError) as err:
             self._refuse(link, INVALID_FIELD, str(err))
 
     def _attach_publisher(self, link: Link, ident: LinkIdentity) -> None:
@@ -191,15 +192,19 @@ class AmqpConnection:
             self._refuse(link, INVALID_FIELD, f"link property delivery-mode={mode!r} is not "
                          f"one of {', '.join(MODES)}")
             return
+        resends = publisher_resends(props)
         link.target.address = address
         link.source.copy(link.remote_source)
         link.rcv_settle_mode = link.remote_rcv_settle_mode
         link.max_message_size = self.max_message_size
-        link.open()
         ls = self._register(link, True, ident)
         ls.settle_first = link.remote_rcv_settle_mode != Link.RCV_SECOND
-        self.engine.attach_publisher(ls.id, ident, address, mode)
-        log.debug("publisher %s attached to %s (mode %s)", ls.label, address, mode)
+        view = self.engine.attach_publisher(ls.id, ident, address, mode, resends)
+        if resends:
+            link.properties = answer(view)
+        link.open()
+        log.debug("publisher %s attached to %s (mode %s, %d resends declared)", ls.label,
+                  address, mode, len(resends))
 
     def _attach_subscriber(self, link: Link, ident: LinkIdentity) -> None:
         source = link.remote_source
@@ -208,16 +213,21 @@ class AmqpConnection:
                          "attach a receiver whose source address is a topic filter")
             return
         topic_filter = validate_filter(source.address or "")
+        declared, gen = subscriber_resume(link.remote_properties)
         presettled = link.remote_snd_settle_mode == Link.SND_SETTLED
         link.source.address = topic_filter
         link.target.copy(link.remote_target)
         link.snd_settle_mode = Link.SND_SETTLED if presettled else Link.SND_UNSETTLED
         warm_timeout = self._warm_timeout(source, link)
-        link.open()
         ls = self._register(link, False, ident)
-        self.engine.attach_subscriber(ls.id, ident, topic_filter, presettled=presettled,
-                                      warm_timeout=warm_timeout)
-        log.debug("subscriber %s attached with filter %s", ls.label, topic_filter)
+        view = self.engine.attach_subscriber(
+            ls.id, ident, topic_filter, presettled=presettled, warm_timeout=warm_timeout,
+            gen=gen, declared=declared, now=self.node.now())
+        if declared or gen:
+            link.properties = answer(view)
+        link.open()
+        log.debug("subscriber %s attached with filter %s (%d declared unsettled)", ls.label,
+                  topic_filter, len(declared))
 
     def _warm_timeout(self, source: Terminus, link: Link) -> float | None:
         """A durable source terminus (AMQP 3.5.3) makes a warm subscriber: it stays subscribed
@@ -260,7 +270,7 @@ class AmqpConnection:
         if ls.is_publisher:
             for d in ls.deliveries.values():
                 self.incoming.pop(d, None)
-            self.engine.detach_publisher(ls.id)
+            self.engine.detach_publisher(ls.id, final=final, now=self.node.now())
         else:
             self.engine.detach_subscriber(ls.id, final=final, now=self.node.now())
         ls.deliveries.clear()

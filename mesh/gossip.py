@@ -29,14 +29,18 @@ from typing import Any
 
 @dataclass(frozen=True)
 class RemoteSub:
-    """A subscriber attached at `router`; `key` is `container/link`."""
+    """A subscriber attached at `router`; `key` is `container/link`. `gen` is its attach
+    generation (the newest attach of a key wins when two routers claim it, say after a move
+    that gossip has not finished telling); `timeout` how long a warm subscriber stays
+    subscribed while away (0: not warm)."""
 
     router: str
     key: str
     filter: str
     container: str
     link: str
-    resuming: bool
+    gen: int = 0
+    timeout: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -57,7 +61,7 @@ Event = SubChange | RouterRestarted
 
 
 def _sub_fields(sub: RemoteSub) -> list[Any]:
-    return [sub.filter, sub.container, sub.link, sub.resuming]
+    return [sub.filter, sub.container, sub.link, sub.gen, sub.timeout]
 
 
 def _check_subs(frame: dict[str, Any]) -> None:
@@ -74,9 +78,11 @@ def _check_subs(frame: dict[str, Any]) -> None:
     if not isinstance(add, dict) or not isinstance(remove, list | tuple):
         raise ValueError(f"SUBS from {origin!r}: add must be a map and remove a list")
     for key, fields in add.items():
-        if not (isinstance(key, str) and isinstance(fields, list | tuple) and len(fields) == 4
+        if not (isinstance(key, str) and isinstance(fields, list | tuple) and len(fields) == 5
                 and all(isinstance(f, str) for f in fields[:3])
-                and isinstance(fields[3], bool)):
+                and isinstance(fields[3], int) and not isinstance(fields[3], bool)
+                and isinstance(fields[4], int | float) and not isinstance(fields[4], bool)
+                and fields[3] >= 0 and fields[4] >= 0):
             raise ValueError(f"SUBS from {origin!r}: bad entry {key!r}: {fields!r}")
     if not all(isinstance(key, str) for key in remove):
         raise ValueError(f"SUBS from {origin!r}: remove holds a non-string key")
@@ -96,10 +102,11 @@ class Gossip:
     # -- our own table -------------------------------------------------------------------------
 
     def local_attach(
-        self, key: str, topic_filter: str, container: str, link: str, resuming: bool
+        self, key: str, topic_filter: str, container: str, link: str, gen: int = 0,
+        timeout: float = 0.0,
     ) -> dict[str, Any]:
         """Add (or replace) a local subscriber; returns the SUBS delta frame to flood."""
-        sub = RemoteSub(self.me, key, topic_filter, container, link, resuming)
+        sub = RemoteSub(self.me, key, topic_filter, container, link, gen, timeout)
         self._tables[self.me][key] = sub
         return self._bump_own(add={key: _sub_fields(sub)}, remove=[])
 

@@ -88,6 +88,7 @@ class MeshNode:
     # ------------------------------------------------------------------ links
 
     def link_up(self, peer: str, peer_inc: int, cost: int, now: float) -> None:
+        self._now = now
         self.neighbors[peer] = cost
         self._saw_incarnation(peer, peer_inc)
         self._flood(self.topology.set_neighbors(dict(self.neighbors)))
@@ -95,6 +96,7 @@ class MeshNode:
         self._after_topology_change(now)
 
     def link_down(self, peer: str, now: float) -> None:
+        self._now = now
         if self.neighbors.pop(peer, None) is None:
             return
         self._flood(self.topology.set_neighbors(dict(self.neighbors)))
@@ -120,6 +122,7 @@ class MeshNode:
     # ------------------------------------------------------------------ frames
 
     def on_frame(self, peer: str, frame: dict, now: float) -> None:
+        self._now = now
         t = frame["t"]
         if t in ("DATA", "ACK"):
             self._route(frame, now)
@@ -151,7 +154,8 @@ class MeshNode:
                 self._saw_incarnation(change.router, change.inc)
             elif change.kind == "added":
                 engine.remote_subscriber_added(change.sub.router, change.sub.key,
-                                               change.sub.filter)
+                                               change.sub.filter, change.sub.gen,
+                                               change.sub.timeout)
                 log.debug("router %s: knows subscriber %s@%s (filter %s)", self.me,
                           change.sub.key, change.sub.router, change.sub.filter)
             else:
@@ -177,7 +181,7 @@ class MeshNode:
         self._owed_verdicts.pop(router, None)  # and so did its publishers
         self.transfer.reset_destination(router, inc)
         self.engine.peer_lost(router, f"was on router {router}, which restarted",
-                              restarted=True)
+                              restarted=True, now=self._now)
 
     # ------------------------------------------------------------------ routing
 
@@ -215,12 +219,12 @@ class MeshNode:
             for sub_item in item[1]:
                 self._consume(src, sub_item, now)
         elif kind == MSG:
-            _, msg_id, address, payload, mode, ttl_ms, _publisher, owed = item
+            _, msg_id, address, payload, mode, ttl_ms, _publisher, owed, resend = item
             engine.remote_message(src, msg_id, address, payload, owed=owed.get(self.me, []),
-                                  mode=mode, ttl_ms=ttl_ms, now=now)
+                                  mode=mode, ttl_ms=ttl_ms, now=now, resend=resend)
         elif kind == VERDICT:
-            _, msg_id, accepted, status = item
-            engine.peer_verdict(src, msg_id, accepted, status)
+            _, msg_id, accepted, status, keys = item
+            engine.peer_verdict(src, msg_id, accepted, status, keys)
         elif kind == FORGET:
             engine.remote_forget(src, item[1])
 
@@ -229,14 +233,14 @@ class MeshNode:
     def apply(self, action: MeshAction, now: float) -> None:
         if isinstance(action, Forward):
             item = [MSG, action.msg_id, action.address, action.payload, action.mode,
-                    action.ttl_ms, action.publisher, action.owed]
+                    action.ttl_ms, action.publisher, action.owed, action.resend]
             routers = [r for r in action.owed if r not in self._given_up]
             self._transmit(routers, item, now)
             for r in action.owed:
                 if r in self._given_up:  # still away: its part fails at once
-                    self.engine.peer_lost(r, self._given_up[r])
+                    self.engine.peer_lost(r, self._given_up[r], now=now)
         elif isinstance(action, Verdict):
-            item = [VERDICT, action.msg_id, action.accepted, action.status]
+            item = [VERDICT, action.msg_id, action.accepted, action.status, action.keys]
             if action.origin in self._given_up:
                 self._owed_verdicts.setdefault(action.origin, []).append(item)
             else:
@@ -255,7 +259,7 @@ class MeshNode:
             else:
                 container, _, link = action.key.partition("/")
                 frame = self.gossip.local_attach(action.key, action.topic_filter, container,
-                                                 link, action.resuming)
+                                                 link, action.gen, action.timeout)
             if frame is not None:
                 self._flood(frame)
 
@@ -302,6 +306,7 @@ class MeshNode:
     # ------------------------------------------------------------------ time
 
     def tick(self, now: float) -> None:
+        self._now = now
         if now >= self._next_digest:
             self._next_digest = now + self.gossip_interval
             digest = self.sync.digest()
@@ -328,7 +333,7 @@ class MeshNode:
                 owed.add(item[1])
             elif item[0] == VERDICT:  # its publisher may still be waiting for this
                 verdicts.append(item)
-        self.engine.peer_lost(router, reason)
+        self.engine.peer_lost(router, reason, now=self._now)
 
     def _welcome_back(self, router: str, now: float) -> None:
         """A given-up router is reachable again with the same incarnation: its channel resumes

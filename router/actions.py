@@ -103,7 +103,10 @@ class Forward:
     """Send a message to other routers (the mesh layer sends one copy per next hop).
 
     `owed` lists, per destination router, the subscriber keys (`container/link`) this router
-    knew there when the message arrived: the subscribers the destination must answer for."""
+    knew there when the message arrived: the subscribers the destination must answer for.
+    `resend` marks a message the mesh may have seen before (a publisher resumed, or a
+    subscriber moved): a destination holding a record of it adds to that record, or answers
+    from what it remembers of a forgotten one, instead of delivering it again."""
 
     msg_id: str
     owed: dict[str, list[str]]
@@ -112,17 +115,21 @@ class Forward:
     mode: str
     ttl_ms: int | None
     publisher: str
+    resend: bool = False
 
 
 @dataclass(slots=True)
 class Verdict:
     """Tell the origin router how its message fared with the subscribers here: `accepted` per
-    the delivery mode, and `status` naming who succeeded, failed and is pending (and why)."""
+    the delivery mode, and `status` naming who succeeded, failed and is pending (and why).
+    `keys` are the subscribers the verdict answers for: a subscriber that moved here after an
+    earlier verdict is answered for by a later one."""
 
     origin: str
     msg_id: str
     accepted: bool
     status: dict[str, Any]
+    keys: list[str] = field(default_factory=list)
 
 
 @dataclass(slots=True)
@@ -135,11 +142,14 @@ class Forget:
 
 @dataclass(slots=True)
 class Subscribed:
-    """A local subscriber attached (`topic_filter` set) or left (None): gossip it."""
+    """A local subscriber attached (`topic_filter` set) or left (None): gossip it, with its
+    attach generation (the newest attach of a key wins mesh-wide) and, for a warm subscriber,
+    how long it stays subscribed while away (0 for others)."""
 
     key: str
     topic_filter: str | None
-    resuming: bool = False
+    gen: int = 0
+    timeout: float = 0.0
 
 
 MeshAction = Forward | Verdict | Forget | Subscribed

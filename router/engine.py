@@ -34,6 +34,7 @@ from .actions import (
     Subscribed,
     Verdict,
 )
+from .failover import FailoverMixin
 from .records import (
     ALL,
     MODES,
@@ -79,6 +80,9 @@ class EngineConfig:
     max_delivery_attempts: int = 5  # first delivery plus redeliveries to one subscriber
     publisher_window: int = 256  # records one publisher link may hold in the router
     reconnect_timeout: float = 30.0  # a warm subscriber's default time to come back
+    # How long a resumed subscriber's placeholders hold back newer messages (seconds).
+    resume_timeout: float = 5.0
+    tombstones: int = 65536  # outcomes of forgotten deliveries kept for resends
 
 
 @dataclass(slots=True)
@@ -90,9 +94,11 @@ class EngineStats:
     rejected: int = 0
     expired: int = 0
     deleted: int = 0  # publisher settled before an outcome (the seed's DELETE)
+    resent: int = 0  # copies resent to a subscriber's new router (failover, moves)
+    adopted: int = 0  # publisher resends the mesh already had (answered without delivery)
 
 
-class Engine:
+class Engine(FailoverMixin):
     def __init__(self, config: EngineConfig | None = None) -> None:
         self.config = config or EngineConfig()
         self.stats = EngineStats()
@@ -117,6 +123,7 @@ class Engine:
         self._actions: list[Action] = []
         self._seq = 0
         self._expiry: list[tuple[float, int]] = []  # heap of (deadline, record seq)
+        self._init_failover()
 
     # ------------------------------------------------------------------ plumbing
 
@@ -133,7 +140,7 @@ class Engine:
         warm = self._warm_expiry
         while warm and warm[0][1] not in self._by_sid:
             heapq.heappop(warm)
-        deadlines = [h[0][0] for h in (heap, warm) if h]
+        deadlines = [h[0][0] for h in (heap, warm) if h] + self._failover_deadlines()
         return min(deadlines) if deadlines else None
 
     def find(self, delivery_id: str) -> Record | None:
@@ -146,23 +153,39 @@ class Engine:
 
     # ------------------------------------------------------------------ links
 
-    def attach_publisher(self, link: int, ident: LinkIdentity, address: str, mode: str) -> None:
-        """A client attached a link to send to topic `address` (already validated)."""
+    def attach_publisher(
+        self, link: int, ident: LinkIdentity, address: str, mode: str,
+        resends: list[bytes] | None = None,
+    ) -> dict[str, Any]:
+        """A client attached a link to send to topic `address` (already validated).
+        `resends` are the tags it declared unsettled (resume): it sends those again, and the
+        mesh answers them from its records instead of delivering them twice. Returns the
+        router's view for the attach reply: the declared tags it holds records of."""
         if mode not in MODES:
             raise ValueError(f"delivery mode {mode!r} is not one of {MODES}")
         label = ident.label(self.config.router_id)
         pub = Publisher(link, ident, address, mode, label)
+        pub.resends = set(resends or ())
         self.publishers[link] = pub
         self._refill(pub, force=True)
+        known = [t for t in pub.resends
+                 if outgoing_tag(ident.container, ident.name, t).decode() in self._by_id]
+        return {"known": known}
 
-    def detach_publisher(self, link: int) -> None:
-        """The publisher's link is gone: nobody is left to tell an outcome to, so its
-        undecided messages stop being tracked (as if it had settled them early)."""
+    def detach_publisher(self, link: int, *, final: bool = True, now: float = 0.0) -> None:
+        """The publisher's link is gone. Closed (`final`): nobody is left to tell an outcome
+        to, so its undecided messages stop being tracked (as if it had settled them early).
+        Lost (a dropped connection, a detach without close): they wait `reconnect-timeout`
+        for it to resume, on any router, and resend them."""
         pub = self.publishers.pop(link, None)
         if pub is None:
             return
+        self._now = max(self._now, now)
         for rec in list(pub.records.values()):
-            self._publisher_done(rec)
+            if final:
+                self._publisher_done(rec)
+            else:
+                self._orphan(rec)
         pub.records.clear()
 
     def attach_subscriber(
@@ -172,28 +195,45 @@ class Engine:
         topic_filter: str,
         presettled: bool = False,
         warm_timeout: float | None = None,
-    ) -> None:
+        *,
+        gen: int = 0,
+        declared: dict[str, str] | None = None,
+        now: float | None = None,
+    ) -> dict[str, Any]:
         """A client attached a link to receive messages matching `topic_filter`. It is owed
         every message that arrives from now on; nothing published before. With
         `warm_timeout` (a durable terminus) it stays subscribed that long when it goes away,
         and what arrives meanwhile waits for it. A warm subscriber coming back with the same
-        identity and filter gets first what it had not accepted, in publish order."""
+        identity and filter, here or at another router, gets first what it had not
+        accepted, in publish order.
+
+        `gen` is the attach generation the client declared (the newest attach of a key wins
+        mesh-wide) and `declared` its unsettled deliveries, id -> "accepted" | "received"
+        (docs/resume-protocol.md). Returns this router's view of those for the attach reply."""
+        if now is not None:
+            self._now = now
         label = ident.label(self.config.router_id)
+        gen = max(gen, self._known_gen(ident.key) + 1)
         warm = self._warm.pop(ident.key, None)
         if warm is not None and warm.filter == topic_filter:
             warm.link, warm.credit, warm.warm_until = link, 0, None
-            warm.warm_timeout, warm.presettled = warm_timeout, presettled
+            warm.warm_timeout, warm.presettled, warm.gen = warm_timeout, presettled, gen
             self.subscribers[link] = warm
-            return
-        if warm is not None:
-            self._expire_warm(warm, "came back with another filter")
-        sub = Subscriber(link, ident, topic_filter, label, presettled)
-        sub.warm_timeout = warm_timeout
-        self.subscribers[link] = sub
-        self._by_sid[sub.sid] = sub
-        self._by_key[sub.key] = sub
-        self._index.add(sub.sid, topic_filter)
-        self._actions.append(Subscribed(sub.key, topic_filter))
+            sub = warm
+        else:
+            if warm is not None:
+                self._expire_warm(warm, "came back with another filter")
+            sub = Subscriber(link, ident, topic_filter, label, presettled)
+            sub.warm_timeout = warm_timeout
+            sub.gen = gen
+            self.subscribers[link] = sub
+            self._by_sid[sub.sid] = sub
+            self._by_key[sub.key] = sub
+            self._index.add(sub.sid, topic_filter)
+        self._actions.append(Subscribed(sub.key, topic_filter, gen, warm_timeout or 0.0))
+        answer = self._resume(sub, declared or {})
+        self._claim(sub)
+        return answer
 
     def detach_subscriber(self, link: int, *, final: bool = True, now: float = 0.0) -> None:
         """The subscriber's link is gone. `final` (it closed the link) ends the subscription:
@@ -214,6 +254,8 @@ class Engine:
         if self._by_key.get(sub.key) is sub:
             del self._by_key[sub.key]
             self._actions.append(Subscribed(sub.key, None))
+            if self._where.get(sub.key, (0, ""))[1] == self.config.router_id:
+                del self._where[sub.key]
         touched = list(sub.inflight.values()) + list(sub.queue)
         sub.inflight.clear()
         sub.queue.clear()
@@ -266,13 +308,6 @@ class Engine:
 
     # ------------------------------------------------------------------ other routers
 
-    def remote_subscriber_added(self, router: str, key: str, topic_filter: str) -> None:
-        """Gossip: a subscriber `key` with `topic_filter` is attached at `router`."""
-        self._remote.add((router, key), topic_filter)
-
-    def remote_subscriber_removed(self, router: str, key: str) -> None:
-        self._remote.remove((router, key))
-
     def remote_message(
         self,
         origin: str,
@@ -284,11 +319,17 @@ class Engine:
         mode: str,
         ttl_ms: int | None,
         now: float,
+        resend: bool = False,
     ) -> None:
         """A message from the origin router, owed to subscribers `owed` (keys) here. They get
-        it if still attached; one that left meanwhile counts as failed."""
-        if (origin, msg_id) in self._mesh_records:
-            return  # the transfer layer hands each item over once; be safe all the same
+        it if still attached; one that left meanwhile counts as failed, unless it moved to
+        another router (its origin resends it there). A `resend` may find a record here
+        already (from the old origin, or for other subscribers): it is added to, not
+        delivered twice."""
+        self._now = now
+        if ((origin, msg_id) in self._mesh_records or resend) and self._remote_resend(
+                origin, msg_id, owed):
+            return
         self._seq += 1
         expires = now + ttl_ms / 1000.0 if ttl_ms else None
         rec = Record(self._seq, None, b"", msg_id.encode(), payload, mode if mode in MODES
@@ -302,10 +343,11 @@ class Engine:
         matched: list[int] = []
         for key in owed:
             sub = self._by_key.get(key)
-            if sub is None:
-                missing.append(key)
-            else:
+            if sub is not None:
                 matched.append(sub.sid)
+            elif self._where.get(key, (0, self.config.router_id))[1] == self.config.router_id:
+                missing.append(key)
+            # else it lives at another router now: the origin resends it there
         # The failures first: sending copies can decide the verdict (an at-most-once
         # subscriber accepts on send), and it must not be decided without them.
         for key in missing:
@@ -323,17 +365,32 @@ class Engine:
         self._maybe_forget(rec)
 
     def peer_verdict(
-        self, router: str, msg_id: str, accepted: bool, status: dict[str, Any]
+        self, router: str, msg_id: str, accepted: bool, status: dict[str, Any],
+        keys: list[str] | None = None,
     ) -> None:
-        """A destination router's verdict on one of our messages."""
+        """A destination router's verdict on one of our messages, answering for the
+        subscribers `keys` there (all we owe there if not given)."""
         rec = self._mesh_records.get((self.config.router_id, msg_id))
         if rec is None:
             return
-        part = rec.peers.get(router)
-        if part is None or part.state != PartState.PENDING:
-            return
-        part.status = status
-        self._settle_part(rec, part, PartState.ACCEPTED if accepted else PartState.FAILED)
+        if keys is None:
+            keys = [k for k, p in rec.peers.items() if p.router == router]
+        failed = status.get("failed", ())
+        succeeded = status.get("succeeded", ())
+        reasons = status.get("reasons", {})
+        for key in keys:
+            part = rec.peers.get(key)
+            if part is None or part.state != PartState.PENDING:
+                continue
+            label = f"{key}@{router}"
+            if (accepted and not status) or label in succeeded:
+                self._settle_part(rec, part, PartState.ACCEPTED)
+            elif part.router != router:
+                continue  # it moved on from there: that router's failure is stale news
+            elif label in failed:
+                self._settle_part(rec, part, PartState.FAILED, reasons.get(label, "failed"))
+            else:  # still pending there when that router decided: it will not say more
+                self._settle_part(rec, part, PartState.WITHDRAWN)
         self._decide(rec)
         self._maybe_forget(rec)
 
@@ -344,26 +401,11 @@ class Engine:
         if rec is not None:
             self._publisher_done(rec)
 
-    def peer_lost(self, router: str, reason: str, *, restarted: bool = False) -> None:
-        """`router` restarted (its subscribers are gone) or stayed unreachable too long: what
-        it still owed us fails. Its own messages here are dropped only if it restarted (its
-        publishers are gone); if it is merely unreachable they go on, and their verdicts
-        reach it when it is back."""
-        for (origin, _), rec in list(self._mesh_records.items()):
-            if origin == router:
-                if restarted:
-                    self._publisher_done(rec)  # nobody is left to tell the outcome to
-                continue
-            part = rec.peers.get(router)
-            if part is not None and part.state == PartState.PENDING:
-                part.status = {"failed": list(part.owed),
-                               "reasons": {who: reason for who in part.owed}}
-                self._settle_part(rec, part, PartState.FAILED)
-                self._decide(rec)
-                self._maybe_forget(rec)
-
-    def _settle_part(self, rec: Record, part: PeerPart, state: PartState) -> None:
+    def _settle_part(
+        self, rec: Record, part: PeerPart, state: PartState, reason: str = ""
+    ) -> None:
         part.state = state
+        part.reason = reason
         rec.pending -= 1
         if state == PartState.ACCEPTED:
             rec.accepted += 1
@@ -404,13 +446,19 @@ class Engine:
                 )
             )
             return
+        self._now = now
+        resend = False
+        if pub.resends and tag in pub.resends:
+            pub.resends.discard(tag)
+            if self._resend_from_publisher(pub, tag, ttl_ms, settled):
+                return
+            resend = True
         self.stats.received += 1
         if mode not in MODES:
             mode = pub.mode
-        self._seq += 1
-        seq = self._seq
-        out_tag = outgoing_tag(pub.ident.container, pub.ident.name, tag)
-        if out_tag.decode() in self._by_id:
+        seq = self._next_seq()
+        out_tag = self._tag_for(pub, tag)
+        if not resend and out_tag.decode() in self._by_id:
             # The publisher reused a tag (legal once it settled) while the older message is
             # still owed to someone: both must stay distinct at subscribers and across the
             # mesh, so this one's tag is salted with its sequence number.
@@ -429,34 +477,64 @@ class Engine:
         if expires is not None:
             heapq.heappush(self._expiry, (expires, seq))
         if remote:
-            self._forward(rec, remote, ttl_ms)
+            self._forward(rec, remote, ttl_ms, resend)
         self._add_copies(rec, matched)
+
+    def _next_seq(self) -> int:
+        self._seq += 1
+        return self._seq
+
+    def _tag_for(self, pub: Publisher, tag: bytes) -> bytes:
+        return outgoing_tag(pub.ident.container, pub.ident.name, tag)
 
     def _add_copies(self, rec: Record, matched: tuple[int, ...]) -> None:
         """Queue a copy for each matched local subscriber, in arrival order."""
         by_sid = self._by_sid
         for sid in matched:
             sub = by_sid[sid]
-            rec.copies[sid] = Copy(sub)
+            if sub.placeholders:
+                self._add_copy(rec, sub)
+            else:
+                rec.copies[sid] = Copy(sub)
+                rec.pending += 1
             sub.queue.append(rec)
-        rec.pending += len(matched)
         for sid in matched:
             self._pump(by_sid[sid])
+        if rec.accepted:  # a resumed subscriber had declared it accepted already
+            self._decide(rec)
+
+    def _add_copy(self, rec: Record, sub: Subscriber) -> None:
+        """A copy for `sub`; one it declared accepted on resume counts as accepted at once."""
+        copy = Copy(sub)
+        rec.copies[sub.sid] = copy
+        if sub.placeholders and self._fulfil(sub, rec):
+            copy.state = ACCEPTED_STATE
+            copy.sub_settled = True
+            rec.accepted += 1
+        else:
+            rec.pending += 1
 
     def _forward(
-        self, rec: Record, remote: tuple[tuple[str, str], ...], ttl_ms: int | None
+        self, rec: Record, remote: tuple[tuple[str, str], ...], ttl_ms: int | None,
+        resend: bool = False,
     ) -> None:
-        """Owe the message to the remote subscribers we know of, grouped by their router."""
+        """Owe the message to the remote subscribers we know of, grouped by their router. A
+        warm subscriber away from a lost router is owed it too, and gets it when it is back."""
         owed: dict[str, list[str]] = {}
+        peers = rec.peers
         for router, key in remote:
-            owed.setdefault(router, []).append(key)
-        for router, keys in owed.items():
-            rec.peers[router] = PeerPart(router, [f"{k}@{router}" for k in keys])
-        rec.pending += len(owed)
+            if router:
+                owed.setdefault(router, []).append(key)
+                peers[key] = PeerPart(router, key)
+            else:  # away: named after the router it was lost with
+                peers[key] = PeerPart(None, key, self._away[key].router)
+        rec.pending += len(remote)
+        rec.told.update(owed)
         self._mesh_records[(self.config.router_id, rec.id)] = rec
-        pub = rec.publisher
-        self._actions.append(Forward(rec.id, owed, rec.address, rec.payload, rec.mode, ttl_ms,
-                                     pub.label if pub is not None else ""))
+        if owed:
+            pub = rec.publisher
+            self._actions.append(Forward(rec.id, owed, rec.address, rec.payload, rec.mode,
+                                         ttl_ms, pub.label if pub is not None else "", resend))
 
     def refuse_message(
         self, link: int, tag: bytes, condition: str, description: str, *, settled: bool
@@ -528,7 +606,9 @@ class Engine:
             self._publisher_done(rec)
 
     def tick(self, now: float) -> None:
-        """Time is now `now`: fail copies of messages whose ttl ran out."""
+        """Time is now `now`: fail copies of messages whose ttl ran out, warm subscribers
+        that did not come back, and whatever waited too long after a failure."""
+        self._tick_failover(now)
         heap = self._expiry
         while heap and heap[0][0] <= now:
             _, seq = heapq.heappop(heap)
@@ -549,8 +629,8 @@ class Engine:
         """Send queued copies while the subscriber has credit."""
         queue = sub.queue
         link = sub.link
-        if link is None:
-            return  # a warm subscriber away: it all waits for it
+        if link is None or sub.holding:
+            return  # a warm subscriber away, or one waiting for its placeholders
         sid = sub.sid
         actions = self._actions
         while sub.credit > 0 and queue:
@@ -613,10 +693,7 @@ class Engine:
             return
         rec.outcome = outcome
         if rec.origin is not None:
-            # An accepted verdict needs no status: the origin knows whom it owed here.
-            accepted = outcome is ACCEPTED
-            self._actions.append(
-                Verdict(rec.origin, rec.id, accepted, {} if accepted else rec.status()))
+            self._actions.append(self._verdict(rec, outcome))
             return
         if outcome is ACCEPTED:
             self.stats.accepted += 1
@@ -625,6 +702,15 @@ class Engine:
         pub = rec.publisher
         if pub is not None and not rec.pub_settled:
             self._actions.append(Decide(pub.link, rec.pub_tag, outcome))
+
+    def _verdict(self, rec: Record, outcome: Outcome) -> Verdict:
+        """The answer to the origin for the subscribers here. An accepted verdict in mode
+        'all' needs no status: every one of `keys` accepted."""
+        assert rec.origin is not None
+        accepted = outcome is ACCEPTED
+        status = {} if accepted and rec.mode == ALL else rec.status()
+        keys = [copy.sub.key for copy in rec.copies.values()]
+        return Verdict(rec.origin, rec.id, accepted, status, keys)
 
     def _failure(self, rec: Record) -> Rejected:
         status = rec.status()
@@ -690,9 +776,7 @@ class Engine:
         for part in rec.peers.values():
             if part.state == PartState.PENDING:
                 why = f"did not accept it before its ttl ran out (no answer from {part.router})"
-                part.status = {"failed": list(part.owed),
-                               "reasons": {who: why for who in part.owed}}
-                self._settle_part(rec, part, PartState.FAILED)
+                self._settle_part(rec, part, PartState.FAILED, why)
         for copy in rec.copies.values():
             if copy.state == QUEUED:
                 self._fail(rec, copy, "did not get it before its ttl ran out")
@@ -707,10 +791,11 @@ class Engine:
         if rec.pending or not rec.pub_settled or rec.seq not in self.records:
             return
         self._untrack(rec)
+        self._remember(rec)
         if rec.origin is not None or rec.peers:
             self._mesh_records.pop((rec.origin or self.config.router_id, rec.id), None)
-        if rec.peers:
-            self._actions.append(Forget(sorted(rec.peers), rec.id))
+        if rec.told:
+            self._actions.append(Forget(sorted(rec.told), rec.id))
         for copy in rec.copies.values():
             if not copy.sub_settled and copy.state == ACCEPTED_STATE:
                 # Relay the publisher's settlement to a subscriber still waiting for it.

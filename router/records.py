@@ -68,8 +68,8 @@ class LinkIdentity:
 
 class Subscriber:
     __slots__ = (
-        "credit", "filter", "ident", "inflight", "key", "label", "link", "presettled", "queue",
-        "sid", "warm_timeout", "warm_until",
+        "credit", "filter", "gen", "holding", "ident", "inflight", "key", "label", "link",
+        "placeholders", "presettled", "queue", "sid", "warm_timeout", "warm_until",
     )
 
     def __init__(
@@ -81,6 +81,14 @@ class Subscriber:
         self.sid = link
         self.warm_timeout: float | None = None  # seconds it stays subscribed while away
         self.warm_until: float | None = None  # when it fails if still away
+        # Its attach generation: the newest attach of one subscriber key wins mesh-wide.
+        self.gen = 0
+        # Resume (docs/resume-protocol.md): deliveries it declared on attach that this router
+        # had no record of, by delivery id -> "accepted" | "received". Until the "received"
+        # ones arrive (`holding` counts them) nothing is sent to it, so that nothing newer
+        # overtakes them.
+        self.placeholders: dict[str, str] = {}
+        self.holding = 0
         self.ident = ident
         self.filter = topic_filter
         self.label = label
@@ -96,7 +104,9 @@ class Subscriber:
 
 
 class Publisher:
-    __slots__ = ("address", "credit_out", "ident", "label", "link", "live", "mode", "records")
+    __slots__ = (
+        "address", "credit_out", "ident", "label", "link", "live", "mode", "records", "resends",
+    )
 
     def __init__(self, link: int, ident: LinkIdentity, address: str, mode: str, label: str):
         self.link = link
@@ -108,6 +118,9 @@ class Publisher:
         self.credit_out = 0  # credit granted and not yet used
         # Records whose publisher has not settled yet, by the publisher's tag.
         self.records: dict[bytes, Record] = {}
+        # Tags it declared on attach as unsettled (resume): those deliveries are resends of
+        # messages the mesh may already have, not new messages that reuse a tag.
+        self.resends: set[bytes] = set()
 
 
 class Copy:
@@ -131,16 +144,22 @@ class PartState(IntEnum):
 
 
 class PeerPart:
-    """One destination router's part of a message: the subscribers owed there (as this router
-    knew them when the message arrived) and the verdict that router gave."""
+    """One remote subscriber's part of a message, as the origin sees it: the router it is owed
+    at (None while that router is lost and the subscriber has not reattached elsewhere), and
+    where it stands."""
 
-    __slots__ = ("owed", "router", "state", "status")
+    __slots__ = ("key", "last", "reason", "router", "state")
 
-    def __init__(self, router: str, owed: list[str]) -> None:
+    def __init__(self, router: str | None, key: str, last: str = "") -> None:
         self.router = router
-        self.owed = owed  # subscriber labels
+        self.last = router or last  # the router it was last owed at, to name it by
+        self.key = key
         self.state = PartState.PENDING
-        self.status: dict[str, Any] = {}
+        self.reason = ""
+
+    @property
+    def label(self) -> str:
+        return f"{self.key}@{self.last}"
 
 
 class Record:
@@ -153,6 +172,7 @@ class Record:
         "id",
         "mode",
         "origin",
+        "orphan_until",
         "out_tag",
         "outcome",
         "payload",
@@ -163,6 +183,7 @@ class Record:
         "pub_tag",
         "publisher",
         "seq",
+        "told",
     )
 
     def __init__(
@@ -189,8 +210,12 @@ class Record:
         self.mode = mode
         self.presettled = presettled
         self.expires = expires
-        self.copies: dict[int, Copy] = {}  # by subscriber link
-        self.peers: dict[str, PeerPart] = {}  # by destination router (origin side only)
+        self.copies: dict[int, Copy] = {}  # by subscriber sid
+        self.peers: dict[str, PeerPart] = {}  # by remote subscriber key (origin side only)
+        self.told: set[str] = set()  # routers it was forwarded to: they hear the forget
+        # Set while its publisher (or origin router) is gone: when it stops waiting for a
+        # resend (router/failover.py).
+        self.orphan_until: float | None = None
         self.pending = 0  # copies and peer parts not yet decided
         self.accepted = 0  # copies and peer parts accepted
         self.failed = 0  # copies and peer parts failed
@@ -215,11 +240,10 @@ class Record:
                 out["pending"].append(copy.sub.label)
         for part in self.peers.values():
             if part.state == PartState.PENDING:
-                out["pending"].extend(part.owed)
-            elif part.state == PartState.ACCEPTED and not part.status:
-                out["succeeded"].extend(part.owed)  # an accepted verdict comes without names
-            elif part.state != PartState.WITHDRAWN:
-                for key in ("succeeded", "failed", "pending"):
-                    out[key].extend(part.status.get(key, ()))
-                out["reasons"].update(part.status.get("reasons", {}))
+                out["pending"].append(part.label)
+            elif part.state == PartState.ACCEPTED:
+                out["succeeded"].append(part.label)
+            elif part.state == PartState.FAILED:
+                out["failed"].append(part.label)
+                out["reasons"][part.label] = part.reason
         return out

@@ -39,7 +39,8 @@ DELIVERY_FAILED = "exactmesh:delivery-failed"
 
 @pytest.fixture
 def router() -> Iterator[RouterProcess]:
-    with RouterProcess("A") as r:
+    # A short reconnect-timeout: a vanished publisher's messages wait that long for a resend.
+    with RouterProcess("A", "--reconnect-timeout", "2") as r:
         yield r
 
 

@@ -184,27 +184,27 @@ def test_malformed_lsa_raises(bad: dict[str, Any]) -> None:
 # -- gossip --------------------------------------------------------------------------------------
 
 
-def sub(router: str, n: int, flt: str = "a/#", resuming: bool = False) -> RemoteSub:
-    return RemoteSub(router, f"c{n}/l{n}", flt, f"c{n}", f"l{n}", resuming)
+def sub(router: str, n: int, flt: str = "a/#", gen: int = 0) -> RemoteSub:
+    return RemoteSub(router, f"c{n}/l{n}", flt, f"c{n}", f"l{n}", gen)
 
 
-def attach(g: Gossip, n: int, flt: str = "a/#", resuming: bool = False) -> dict[str, Any]:
-    return g.local_attach(f"c{n}/l{n}", flt, f"c{n}", f"l{n}", resuming)
+def attach(g: Gossip, n: int, flt: str = "a/#", gen: int = 0) -> dict[str, Any]:
+    return g.local_attach(f"c{n}/l{n}", flt, f"c{n}", f"l{n}", gen)
 
 
 def test_attach_and_detach_flood_deltas_that_apply_in_order() -> None:
     b, a = Gossip("B", 7), Gossip("A", 1)
     d1 = attach(b, 1)
     assert d1 == {"t": "SUBS", "origin": "B", "inc": 7, "ver": 1, "full": False,
-                  "add": {"c1/l1": ["a/#", "c1", "l1", False]}, "remove": []}
-    d2 = attach(b, 2, "x/+", True)
+                  "add": {"c1/l1": ["a/#", "c1", "l1", 0, 0.0]}, "remove": []}
+    d2 = attach(b, 2, "x/+", 1)
     d3 = b.local_detach("c1/l1")
     assert b.local_detach("nope/nope") is None
     assert d3 is not None and d3["ver"] == 3 and d3["remove"] == ["c1/l1"]
     assert a.on_subs(d1) == ([SubChange("added", sub("B", 1))], True, None)
-    assert a.on_subs(d2) == ([SubChange("added", sub("B", 2, "x/+", True))], True, None)
+    assert a.on_subs(d2) == ([SubChange("added", sub("B", 2, "x/+", 1))], True, None)
     assert a.on_subs(d3) == ([SubChange("removed", sub("B", 1))], True, None)
-    assert a.table("B") == b.table("B") == {"c2/l2": sub("B", 2, "x/+", True)}
+    assert a.table("B") == b.table("B") == {"c2/l2": sub("B", 2, "x/+", 1)}
     assert a.versions() == {"A": (1, 0), "B": (7, 3)}
     assert a.full("B") == b.full("B")
 
@@ -287,9 +287,9 @@ def test_restart_learned_from_a_full_table_or_a_gap() -> None:
 def test_reattach_with_other_fields_is_removed_then_added() -> None:
     b, a = Gossip("B", 7), Gossip("A", 1)
     a.on_subs(attach(b, 1))
-    assert a.on_subs(attach(b, 1, resuming=True))[0] == [
-        SubChange("removed", sub("B", 1)), SubChange("added", sub("B", 1, resuming=True))]
-    assert a.on_subs(attach(b, 1, resuming=True)) == ([], True, None)  # identical: silent
+    assert a.on_subs(attach(b, 1, gen=1))[0] == [
+        SubChange("removed", sub("B", 1)), SubChange("added", sub("B", 1, gen=1))]
+    assert a.on_subs(attach(b, 1, gen=1)) == ([], True, None)  # identical: silent
 
 
 def test_frames_about_ourselves_are_ignored() -> None:
@@ -454,9 +454,9 @@ class Mesh:
             self.link_up(a, b)
 
     def attach(self, r: str, n: int, flt: str, resuming: bool) -> None:
-        self.local[r][f"c{n}/l{n}"] = (flt, resuming)
+        self.local[r][f"c{n}/l{n}"] = (flt, int(resuming))
         self.flood(r, self.nodes[r].gossip.local_attach(f"c{n}/l{n}", flt, f"c{n}", f"l{n}",
-                                                         resuming))
+                                                         int(resuming)))
 
     def detach(self, r: str, n: int) -> None:
         self.local[r].pop(f"c{n}/l{n}", None)

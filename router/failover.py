@@ -1,0 +1,469 @@
+"""What the delivery engine does when routers fail and clients move (docs/resume-protocol.md).
+
+The `Engine` inherits this mixin; the state it works on is created in `Engine.__init__`. It
+keeps four things apart from the core delivery rule in `engine.py`:
+
+- **Where each subscriber is.** A subscriber key (`container/link`) lives at one router at a
+  time; the newest attach, by generation, wins. When gossip says a key now lives elsewhere,
+  the origin resends what that subscriber was still owed to its new router
+  (sender-initiated retransmission, seed 002), and the router it left drops its copies.
+- **Subscribers of a lost router.** A restarted router lost its clients. Its subscribers are
+  *away* for their timeout (a warm one's own, else `reconnect-timeout`): what they were owed
+  waits for them to reattach anywhere, and only then fails, naming them.
+- **Records whose publisher or origin is gone** (*orphans*). They wait `reconnect-timeout` for
+  the publisher to resume and resend; a resend adopts the record (what was accepted stays
+  accepted, nothing is delivered twice), then the new origin owns it.
+- **Resume on attach.** A publisher declares the tags it will resend; a subscriber declares
+  its unsettled deliveries. Deliveries a subscriber declared that this router has not seen
+  become placeholders: nothing is sent to it until the ones it had not accepted arrive (or
+  `resume-timeout` passes). Forgotten records leave a *tombstone* with their outcome, so a
+  resend of a message whose outcome was decided is answered from it, not delivered again.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from .actions import ACCEPTED, CloseLink, Decide, Forward, Outcome, Subscribed, Verdict
+from .records import CopyState, PartState, PeerPart, Publisher, Record, Subscriber
+
+if TYPE_CHECKING:
+    from .engine import Engine
+
+QUEUED, SENT, ACCEPTED_STATE = CopyState.QUEUED, CopyState.SENT, CopyState.ACCEPTED
+LINK_STOLEN = "amqp:link:stolen"
+AWAY = ""  # the router name under which warm subscribers that are away stay matchable
+
+
+@dataclass(slots=True)
+class Away:
+    """A remote subscriber whose router was lost, waiting to reattach somewhere."""
+
+    filter: str
+    timeout: float  # its warm timeout, 0 if it is not warm
+    wait: float  # how long it may take to reattach
+    deadline: float
+    router: str  # the router that was lost
+    gen: int
+
+
+class FailoverMixin:
+    """Subscriber moves, lost routers, orphaned records and resume (see the module doc)."""
+
+    def _init_failover(self: Engine) -> None:
+        # Where each subscriber key lives mesh-wide: (attach generation, router); this
+        # router's own id for local subscribers. Only the winner is in the match indexes.
+        self._where: dict[str, tuple[int, str]] = {}
+        self._remote_meta: dict[str, tuple[str, float]] = {}  # key -> (filter, warm timeout)
+        self._away: dict[str, Away] = {}
+        self._away_expiry: list[tuple[float, str]] = []
+        self._orphans: list[tuple[float, int]] = []  # (deadline, record seq)
+        self._holds: list[tuple[float, int]] = []  # (deadline, sid): placeholder holds
+        # Outcomes of forgotten records, by delivery id, oldest first, for resends.
+        self._tombstones: OrderedDict[str, Outcome] = OrderedDict()
+        self._now = 0.0
+
+    # ------------------------------------------------------------------ where subscribers are
+
+    def _known_gen(self: Engine, key: str) -> int:
+        gens = [0]
+        if key in self._where:
+            gens.append(self._where[key][0])
+        if key in self._away:
+            gens.append(self._away[key].gen)
+        local = self._by_key.get(key) or self._warm.get(key)
+        if local is not None:
+            gens.append(local.gen)
+        return max(gens)
+
+    def remote_subscriber_added(
+        self: Engine, router: str, key: str, topic_filter: str, gen: int = 0,
+        timeout: float = 0.0,
+    ) -> None:
+        """Gossip: subscriber `key` with `topic_filter` is attached at `router`."""
+        cur = self._where.get(key)
+        away = self._away.get(key)
+        if cur is not None and away is None and (gen, router) < cur:
+            return  # an older attach than the one we know of: stale news
+        moved = away is not None or (cur is not None and cur[1] != router)
+        if cur is not None and cur[1] == self.config.router_id:
+            local = self._by_key.get(key) or self._warm.get(key)
+            if local is not None:
+                self._moved_away(local, router)
+        elif cur is not None and cur[1] != router:
+            self._remote.remove((cur[1], key))
+        if away is not None:
+            self._end_away(key, away)
+            if away.filter != topic_filter:
+                self._fail_key(key, None, "came back with another filter")
+        self._where[key] = (gen, router)
+        self._remote_meta[key] = (topic_filter, timeout)
+        self._remote.add((router, key), topic_filter)
+        if moved:
+            self._retarget(key, router)
+
+    def remote_subscriber_removed(self: Engine, router: str, key: str) -> None:
+        """Gossip: `key` left `router` for good (or moved on, which `_where` already says)."""
+        cur = self._where.get(key)
+        if cur is not None and cur[1] == router:
+            del self._where[key]
+            self._remote_meta.pop(key, None)
+        self._remote.remove((router, key))
+
+    def _claim(self: Engine, sub: Subscriber) -> None:
+        """`sub` attached here: the mesh's older idea of where it lives gives way, and what
+        this router's own publishers still owed it elsewhere becomes local copies."""
+        key = sub.key
+        cur = self._where.get(key)
+        if cur is not None and cur[1] != self.config.router_id:
+            self._remote.remove((cur[1], key))
+        away = self._away.get(key)
+        if away is not None:
+            self._end_away(key, away)
+        self._where[key] = (sub.gen, self.config.router_id)
+        owed = sorted((rec for rec in self.records.values()
+                       if (p := rec.peers.get(key)) is not None
+                       and p.state == PartState.PENDING), key=lambda r: r.seq)
+        for rec in owed:
+            del rec.peers[key]
+            self._add_copy(rec, sub)
+            sub.queue.append(rec)
+        if owed:
+            self.stats.resent += len(owed)
+            self._pump(sub)
+
+    def _moved_away(self: Engine, sub: Subscriber, router: str) -> None:
+        """A newer attach of `sub`'s key at `router` wins: this one ends without failing
+        anything. Copies of this router's own messages it had not accepted follow it there;
+        other origins resend theirs on their own, from the same gossip."""
+        if sub.link is not None:
+            self.subscribers.pop(sub.link, None)
+            self._actions.append(CloseLink(
+                sub.link, LINK_STOLEN,
+                f"subscriber {sub.key} attached again at router {router}; this older "
+                "attach is closed (one subscriber identity lives at one router at a time)"))
+        self._warm.pop(sub.key, None)
+        self._index.remove(sub.sid)
+        self._by_sid.pop(sub.sid, None)
+        if self._by_key.get(sub.key) is sub:
+            del self._by_key[sub.key]
+        self._where.pop(sub.key, None)
+        self._actions.append(Subscribed(sub.key, None))
+        touched = dict.fromkeys(list(sub.inflight.values()) + list(sub.queue))
+        sub.inflight.clear()
+        sub.queue.clear()
+        for rec in sorted(touched, key=lambda r: r.seq):
+            copy = rec.copies.get(sub.sid)
+            if copy is None or copy.state not in (QUEUED, SENT):
+                continue
+            del rec.copies[sub.sid]
+            rec.pending -= 1
+            if rec.origin is None and not rec.presettled:
+                self._owe_remote(rec, sub.key, router)
+            self._decide(rec)
+            self._maybe_forget(rec)
+
+    def _retarget(self: Engine, key: str, router: str) -> None:
+        """`key` now lives at `router`: resend there, in publish order, every message of ours
+        it has not answered for yet."""
+        owed = sorted((rec for rec in self.records.values()
+                       if (p := rec.peers.get(key)) is not None
+                       and p.state == PartState.PENDING and p.router != router),
+                      key=lambda r: r.seq)
+        for rec in owed:
+            part = rec.peers[key]
+            part.router = part.last = router
+            self._send_part(rec, key, router)
+
+    def _owe_remote(self: Engine, rec: Record, key: str, router: str) -> None:
+        """Add a part for `key` at `router` to our record and send it there."""
+        rec.peers[key] = PeerPart(router, key)
+        rec.pending += 1
+        self._mesh_records[(self.config.router_id, rec.id)] = rec
+        self._send_part(rec, key, router)
+
+    def _send_part(self: Engine, rec: Record, key: str, router: str) -> None:
+        rec.told.add(router)
+        self.stats.resent += 1
+        pub = rec.publisher
+        self._actions.append(Forward(rec.id, {router: [key]}, rec.address, rec.payload,
+                                     rec.mode, self._ttl_left(rec),
+                                     pub.label if pub is not None else "", resend=True))
+
+    def _ttl_left(self: Engine, rec: Record) -> int | None:
+        if rec.expires is None:
+            return None
+        return max(1, int((rec.expires - self._now) * 1000))
+
+    # ------------------------------------------------------------------ lost routers
+
+    def peer_lost(
+        self: Engine, router: str, reason: str, *, restarted: bool = False,
+        now: float | None = None,
+    ) -> None:
+        """`router` restarted (its clients and records are gone) or stayed unreachable too
+        long (given up). After a restart its subscribers are away for their timeout and its
+        messages here wait for their publishers to resume; after a give-up what it owed us
+        fails now, and its messages here go on (their verdicts reach it when it is back)."""
+        if now is not None:
+            self._now = now
+        if restarted:
+            for key, (gen, r) in sorted(self._where.items()):
+                if r == router:
+                    self._go_away(key, gen, router)
+        for (origin, _), rec in sorted(self._mesh_records.items(), key=lambda i: i[1].seq):
+            if origin == router:
+                if restarted:
+                    self._orphan(rec)
+                continue
+            for part in list(rec.peers.values()):
+                if part.state != PartState.PENDING or part.router != router:
+                    continue
+                if part.key in self._away:
+                    part.router = None
+                else:
+                    self._settle_part(rec, part, PartState.FAILED, reason)
+            self._decide(rec)
+            self._maybe_forget(rec)
+
+    def _go_away(self: Engine, key: str, gen: int, router: str) -> None:
+        del self._where[key]
+        topic_filter, timeout = self._remote_meta.pop(key)
+        self._remote.remove((router, key))
+        wait = timeout or self.config.reconnect_timeout
+        away = Away(topic_filter, timeout, wait, self._now + wait, router, gen)
+        self._away[key] = away
+        heapq.heappush(self._away_expiry, (away.deadline, key))
+        if timeout:  # warm: what is published meanwhile waits for it too
+            self._remote.add((AWAY, key), topic_filter)
+
+    def _end_away(self: Engine, key: str, away: Away) -> None:
+        del self._away[key]
+        if away.timeout:
+            self._remote.remove((AWAY, key))
+
+    def _fail_key(self: Engine, key: str, router: str | None, reason: str) -> None:
+        """Fail every pending part for `key` owed at `router` (None: away)."""
+        for rec in sorted(self.records.values(), key=lambda r: r.seq):
+            part = rec.peers.get(key)
+            if part is not None and part.state == PartState.PENDING and part.router == router:
+                self._settle_part(rec, part, PartState.FAILED, reason)
+                self._decide(rec)
+                self._maybe_forget(rec)
+
+    # ------------------------------------------------------------------ orphans and resends
+
+    def _orphan(self: Engine, rec: Record) -> None:
+        """Its publisher (or origin router) is gone without settling: keep the record, and
+        its copies going, for `reconnect-timeout`, waiting for the publisher to resend."""
+        if rec.pub_settled:
+            return
+        if rec.origin is not None:
+            self._mesh_records.pop((rec.origin, rec.id), None)
+            rec.origin = None
+        rec.publisher = None
+        rec.orphan_until = self._now + self.config.reconnect_timeout
+        heapq.heappush(self._orphans, (rec.orphan_until, rec.seq))
+
+    def _adopt(self: Engine, rec: Record) -> None:
+        """A resend found `rec`: it is nobody's orphan any more."""
+        rec.orphan_until = None
+        if rec.origin is not None:
+            self._mesh_records.pop((rec.origin, rec.id), None)
+            rec.origin = None
+        self.stats.adopted += 1
+
+    def _resend_from_publisher(
+        self: Engine, pub: Publisher, tag: bytes, ttl_ms: int | None, settled: bool
+    ) -> bool:
+        """A delivery the publisher declared as a resend. Returns True if the mesh already
+        had it (a live record, adopted here, or a tombstone answered from); False if it is to
+        be handled as a new message (forwarded as a resend)."""
+        out_tag = self._tag_for(pub, tag)
+        msg_id = out_tag.decode()
+        rec = self._by_id.get(msg_id)
+        if rec is not None and rec.publisher is None and not rec.pub_settled:
+            self._adopt(rec)
+            rec.publisher, rec.pub_tag = pub, tag
+            pub.live += 1
+            if settled:
+                self._publisher_done(rec)
+                return True
+            pub.records[tag] = rec
+            decided = rec.outcome
+            if rec.peers or self._remote_owed(rec):
+                rec.outcome = None  # it answers to this publisher across the mesh now
+                decided = None
+            self._owe_new_remotes(rec)
+            if decided is not None and rec.outcome is not None:
+                self._actions.append(Decide(pub.link, tag, decided))
+            else:
+                rec.outcome = None
+                self._decide(rec)
+            return True
+        if rec is None and msg_id in self._tombstones and not settled:
+            self.stats.adopted += 1
+            done = Record(self._next_seq(), pub, tag, out_tag, b"", pub.mode, False, None)
+            self._hold_for_settlement(pub, done, self._tombstones[msg_id])
+            return True
+        return False
+
+    def _remote_owed(self: Engine, rec: Record) -> bool:
+        return bool(len(self._remote) and self._remote.match(rec.address))
+
+    def _owe_new_remotes(self: Engine, rec: Record) -> None:
+        """Owe an adopted record to the remote subscribers that match it now and are not owed
+        it yet: their routers hold the old origin's record (they adopt it) or never had it."""
+        if not len(self._remote):
+            return
+        local = {c.sub.key for c in rec.copies.values()}
+        remote = tuple((r, k) for r, k in self._remote.match(rec.address)
+                       if k not in rec.peers and k not in local)
+        if remote:
+            self._forward(rec, remote, self._ttl_left(rec), resend=True)
+
+    def _remote_resend(
+        self: Engine, origin: str, msg_id: str, owed: list[str]
+    ) -> bool:
+        """A message another router marked as a resend. Returns True if it was answered from
+        a record or tombstone here (adopting the record), False to treat it as new."""
+        rec = self._mesh_records.get((origin, msg_id))
+        if rec is None:
+            rec = self._by_id.get(msg_id)
+            if rec is None or rec.publisher is not None or rec.pub_settled:
+                if rec is None and msg_id in self._tombstones:
+                    outcome = self._tombstones[msg_id]
+                    accepted = outcome is ACCEPTED
+                    status = {} if accepted else dict(getattr(outcome, "info", {}))
+                    self._actions.append(Verdict(origin, msg_id, accepted, status, list(owed)))
+                    return True
+                return False
+            self._adopt(rec)
+            if rec.peers:  # it was ours: the new origin owes those routers now
+                self._drop_parts(rec)
+            rec.origin = origin
+            self._mesh_records[(origin, msg_id)] = rec
+            rec.outcome = None
+        added = self._add_owed(rec, owed)
+        if added:
+            rec.outcome = None
+        if rec.outcome is not None:  # decided before: say it again to whoever asks now
+            self._actions.append(self._verdict(rec, rec.outcome))
+        else:
+            self._decide(rec)
+        self._maybe_forget(rec)
+        return True
+
+    def _drop_parts(self: Engine, rec: Record) -> None:
+        for part in rec.peers.values():
+            if part.state == PartState.PENDING:
+                rec.pending -= 1
+            elif part.state == PartState.ACCEPTED:
+                rec.accepted -= 1
+            elif part.state == PartState.FAILED:
+                rec.failed -= 1
+        rec.peers.clear()
+        self._mesh_records.pop((self.config.router_id, rec.id), None)
+
+    def _add_owed(self: Engine, rec: Record, owed: list[str]) -> int:
+        """Add copies to an existing record for owed keys attached here and not in it yet."""
+        added = 0
+        have = {c.sub.key for c in rec.copies.values()}
+        for key in owed:
+            sub = self._by_key.get(key)
+            if sub is None or key in have:
+                continue
+            self._add_copy(rec, sub)
+            sub.queue.append(rec)
+            added += 1
+            self._pump(sub)
+        return added
+
+    def _remember(self: Engine, rec: Record) -> None:
+        """A record with an outcome is forgotten: keep the outcome, bounded, for resends."""
+        if rec.outcome is None or rec.presettled:
+            return
+        stones = self._tombstones
+        stones[rec.id] = rec.outcome
+        if len(stones) > self.config.tombstones:
+            stones.popitem(last=False)
+
+    # ------------------------------------------------------------------ subscriber resume
+
+    def _resume(self: Engine, sub: Subscriber, declared: dict[str, str]) -> dict[str, Any]:
+        """Compare what the subscriber declared unsettled with our records; return our view
+        (docs/resume-protocol.md). Unknown ones become placeholders."""
+        known: dict[str, str] = {}
+        placeholders: list[str] = []
+        for tag, state in declared.items():
+            rec = self._by_id.get(tag)
+            copy = rec.copies.get(sub.sid) if rec is not None else None
+            if rec is not None and copy is not None:
+                if state == "accepted" and copy.state in (QUEUED, SENT):
+                    sub.inflight.pop(rec.out_tag, None)
+                    copy.state = ACCEPTED_STATE
+                    copy.sub_settled = True
+                    rec.accepted += 1
+                    rec.pending -= 1
+                    self._decide(rec)
+                    self._maybe_forget(rec)
+                known[tag] = "accepted" if copy.state == ACCEPTED_STATE else "unsettled"
+            else:
+                sub.placeholders[tag] = state
+                placeholders.append(tag)
+                if state != "accepted":
+                    sub.holding += 1
+        if sub.placeholders:
+            heapq.heappush(self._holds, (self._now + self.config.resume_timeout, sub.sid))
+        return {"known": known, "placeholders": placeholders}
+
+    def _fulfil(self: Engine, sub: Subscriber, rec: Record) -> bool:
+        """A copy for `sub` of a delivery it declared on resume arrived. Returns True if it had
+        declared it accepted (then it counts as accepted and is not sent)."""
+        state = sub.placeholders.pop(rec.id, None)
+        if state is None:
+            return False
+        if state == "accepted":
+            return True
+        sub.holding -= 1
+        return False
+
+    # ------------------------------------------------------------------ time
+
+    def _tick_failover(self: Engine, now: float) -> None:
+        self._now = now
+        heap = self._away_expiry
+        while heap and heap[0][0] <= now:
+            deadline, key = heapq.heappop(heap)
+            away = self._away.get(key)
+            if away is None or away.deadline != deadline:
+                continue
+            self._end_away(key, away)
+            self._fail_key(key, None, f"did not reattach within {away.wait:g} s after router "
+                                      f"{away.router} was lost")
+        orphans = self._orphans
+        while orphans and orphans[0][0] <= now:
+            until, seq = heapq.heappop(orphans)
+            rec = self.records.get(seq)
+            if rec is not None and rec.orphan_until == until:
+                rec.orphan_until = None
+                self._publisher_done(rec)  # nobody resent it: stop tracking, as a DELETE
+        holds = self._holds
+        while holds and holds[0][0] <= now:
+            _, sid = heapq.heappop(holds)
+            sub = self._by_sid.get(sid)
+            if sub is not None and sub.placeholders:
+                sub.placeholders.clear()
+                sub.holding = 0
+                self._pump(sub)
+
+    def _failover_deadlines(self: Engine) -> list[float]:
+        out = []
+        for heap in (self._away_expiry, self._orphans, self._holds):
+            if heap:
+                out.append(heap[0][0])
+        return out
+
