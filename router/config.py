@@ -56,6 +56,7 @@ class RouterConfig:
     max_delivery_attempts: int = 5
     idle_timeout: float = 16.0
     reconnect_timeout: float = 30.0
+    resume_timeout: float = 5.0
     log_level: str = "info"
     http: HostPort | None = None  # the status endpoint (router/status.py); off by default
     # the mesh
@@ -191,6 +192,7 @@ OPTIONS: dict[str, tuple[str, Any, str]] = {
     "idle-timeout": ("idle_timeout", _positive_float, "a positive number of seconds"),
     "reconnect-timeout": ("reconnect_timeout", _positive_float,
                           "a positive number of seconds"),
+    "resume-timeout": ("resume_timeout", _positive_float, "a positive number of seconds"),
     "log-level": ("log_level", _choice("debug", "info", "warning", "error"),
                   "debug, info, warning or error"),
     "http": ("http", None, "HOST:PORT"),

@@ -39,6 +39,7 @@ class Node:
                 max_delivery_attempts=config.max_delivery_attempts,
                 publisher_window=config.publisher_window,
                 reconnect_timeout=config.reconnect_timeout,
+                resume_timeout=config.resume_timeout,
             )
         )
         self.connections: set[EdgeConnection] = set()

@@ -1,0 +1,258 @@
+"""Failover in the delivery engine, on engines wired together by hand (no mesh layer).
+
+`Wire` carries the engines' mesh actions between them the way `mesh/meshnode.py` does, but
+only when asked, so a test can lose what a crashed router never sent. The random versions of
+these cases run in the deterministic simulation (tests/sim); these pin down each rule.
+"""
+
+from __future__ import annotations
+
+from router.actions import (
+    ACCEPTED,
+    CloseLink,
+    Decide,
+    Forget,
+    Forward,
+    Rejected,
+    Send,
+    Subscribed,
+    Verdict,
+)
+from router.engine import Disposition, Engine, EngineConfig
+from router.records import LinkIdentity, outgoing_tag
+
+PUB = LinkIdentity("shop", "pub/shop")
+SUB = LinkIdentity("billing", "sub/billing")
+
+
+class Wire:
+    """Engines by router id, and what each produced for its own clients."""
+
+    def __init__(self, *ids: str, **config: float) -> None:
+        self.engines = {
+            r: Engine(EngineConfig(router_id=r, reconnect_timeout=config.get("reconnect", 30.0),
+                                   resume_timeout=config.get("resume", 5.0)))
+            for r in ids
+        }
+        self.client: dict[str, list] = {r: [] for r in ids}
+        self.dead: set[str] = set()
+
+    def __getitem__(self, r: str) -> Engine:
+        return self.engines[r]
+
+    def pump(self, now: float = 0.0) -> None:
+        """Deliver mesh actions until none are left; a dead router neither sends nor hears."""
+        busy = True
+        while busy:
+            busy = False
+            for src, engine in self.engines.items():
+                for action in engine.take_actions():
+                    busy = True
+                    if src in self.dead:
+                        continue
+                    self._carry(src, action, now)
+
+    def _carry(self, src: str, action: object, now: float) -> None:
+        live = {r: e for r, e in self.engines.items() if r not in self.dead and r != src}
+        if isinstance(action, Forward):
+            for dst, keys in action.owed.items():
+                if dst in live:
+                    live[dst].remote_message(src, action.msg_id, action.address,
+                                             action.payload, owed=keys, mode=action.mode,
+                                             ttl_ms=action.ttl_ms, now=now,
+                                             resend=action.resend)
+        elif isinstance(action, Verdict):
+            if action.origin in live:
+                live[action.origin].peer_verdict(src, action.msg_id, action.accepted,
+                                                 action.status, action.keys)
+        elif isinstance(action, Forget):
+            for dst in action.routers:
+                if dst in live:
+                    live[dst].remote_forget(src, action.msg_id)
+        elif isinstance(action, Subscribed):
+            container, _, link = action.key.partition("/")
+            for e in live.values():
+                if action.topic_filter is None:
+                    e.remote_subscriber_removed(src, action.key)
+                else:
+                    e.remote_subscriber_added(src, action.key, action.topic_filter,
+                                              action.gen, action.timeout)
+        else:
+            self.client[src].append(action)
+
+    def crash(self, r: str, now: float = 0.0) -> None:
+        """`r` dies with everything it held; the others hear it restarted (empty)."""
+        self.dead.add(r)
+        self.engines[r].take_actions()
+        for other, e in self.engines.items():
+            if other not in self.dead:
+                e.peer_lost(r, f"was on router {r}, which restarted", restarted=True, now=now)
+        self.pump(now)
+
+    def take(self, r: str, kind: type) -> list:
+        got = [a for a in self.client[r] if isinstance(a, kind)]
+        self.client[r] = [a for a in self.client[r] if not isinstance(a, kind)]
+        return got
+
+
+def subscribe(w: Wire, r: str, link: int, *, gen: int = 0, declared: dict | None = None,
+              warm: float | None = 10.0, now: float = 0.0, credit: int = 100) -> dict:
+    view = w[r].attach_subscriber(link, SUB, "orders/#", warm_timeout=warm, gen=gen,
+                                  declared=declared, now=now)
+    w[r].subscriber_credit(link, credit)
+    w.pump(now)
+    return view
+
+
+def publish(w: Wire, r: str, link: int, tags: list[bytes], now: float = 0.0) -> None:
+    for tag in tags:
+        w[r].message(link, tag, b"body " + tag, now=now)
+    w.pump(now)
+
+
+def accept(w: Wire, r: str, link: int, sends: list[Send], now: float = 0.0) -> None:
+    for s in sends:
+        w[r].copy_outcome(link, s.tag, Disposition.ACCEPTED, settled=True)
+    w.pump(now)
+
+
+def tag_of(tag: bytes) -> bytes:
+    return outgoing_tag(PUB.container, PUB.name, tag)
+
+
+def outcomes(w: Wire, r: str) -> dict[bytes, object]:
+    return {d.tag: d.outcome for d in w.take(r, Decide)}
+
+
+def test_a_subscriber_whose_router_dies_gets_the_rest_in_order_at_its_new_router() -> None:
+    w = Wire("A", "B", "C")
+    subscribe(w, "C", 1)
+    w["A"].attach_publisher(9, PUB, "orders/eu", "all")
+    publish(w, "A", 9, [b"1", b"2", b"3", b"4"])
+    first = w.take("C", Send)
+    assert [s.tag for s in first] == [tag_of(t) for t in (b"1", b"2", b"3", b"4")]
+    accept(w, "C", 1, first[:2])  # 1 and 2 accepted; 3 and 4 in the subscriber's hands
+    assert set(outcomes(w, "A")) == {b"1", b"2"}
+    w.crash("C", now=1.0)
+    publish(w, "A", 9, [b"5"], now=1.5)  # while it is away: a warm subscriber is owed it
+    # It reattaches at B: it held 3 (unanswered) and had accepted 4 just before the crash.
+    view = subscribe(w, "B", 1, gen=2, now=2.0, declared={
+        tag_of(b"3").decode(): "received", tag_of(b"4").decode(): "accepted"})
+    assert sorted(view["placeholders"]) == sorted([tag_of(b"3").decode(), tag_of(b"4").decode()])
+    again = w.take("B", Send)
+    assert [s.tag for s in again] == [tag_of(b"3"), tag_of(b"5")], "4 was declared accepted"
+    accept(w, "B", 1, again, now=2.1)
+    assert set(outcomes(w, "A")) == {b"3", b"4", b"5"}
+    publish(w, "A", 9, [b"6"], now=3.0)
+    assert [s.tag for s in w.take("B", Send)] == [tag_of(b"6")]
+
+
+def test_a_subscriber_that_does_not_reattach_in_time_fails_by_name() -> None:
+    w = Wire("A", "C")
+    subscribe(w, "C", 1, warm=2.0)
+    w["A"].attach_publisher(9, PUB, "orders/eu", "all")
+    publish(w, "A", 9, [b"1"])
+    w.crash("C", now=1.0)
+    w["A"].tick(2.9)
+    w.pump(2.9)
+    assert outcomes(w, "A") == {}
+    w["A"].tick(3.0)
+    w.pump(3.0)
+    (outcome,) = outcomes(w, "A").values()
+    assert isinstance(outcome, Rejected)
+    assert outcome.info["failed"] == ["billing/sub/billing@C"]
+    assert "did not reattach within 2 s after router C was lost" in outcome.description
+
+
+def test_a_publisher_resuming_at_another_router_is_answered_without_a_second_delivery() -> None:
+    w = Wire("A", "B", "C")
+    subscribe(w, "C", 1)
+    w["A"].attach_publisher(9, PUB, "orders/eu", "all")
+    publish(w, "A", 9, [b"1", b"2"])
+    sent = w.take("C", Send)
+    w.dead.add("A")  # A dies before C's verdicts leave
+    accept(w, "C", 1, sent[:1])  # 1 accepted (its verdict to A is lost with A)
+    w.dead.discard("A")
+    w.crash("A", now=1.0)
+    view = w["B"].attach_publisher(7, PUB, "orders/eu", "all", [b"1", b"2"])
+    assert sorted(view["known"]) == []  # B itself never saw them
+    w.pump(1.0)
+    publish(w, "B", 7, [b"1", b"2"], now=1.1)
+    assert w.take("C", Send) == [], "C had both: nothing goes to the subscriber again"
+    assert outcomes(w, "B") == {b"1": ACCEPTED}
+    accept(w, "C", 1, sent[1:], now=1.2)
+    assert outcomes(w, "B") == {b"2": ACCEPTED}
+
+
+def test_a_resend_of_a_forgotten_message_is_answered_from_its_tombstone() -> None:
+    """The origin decided, the destinations forgot, and the origin died before the
+    publisher heard: the resend must not reach the subscriber again."""
+    w = Wire("A", "B", "C")
+    subscribe(w, "C", 1)
+    w["A"].attach_publisher(9, PUB, "orders/eu", "all")
+    publish(w, "A", 9, [b"1"])
+    accept(w, "C", 1, w.take("C", Send))
+    w["A"].publisher_settled(9, b"1")  # rcv-settle-mode first: the router settled at once
+    w.pump()
+    assert not w["C"].records and not w["A"].records
+    w.crash("A", now=1.0)
+    w["B"].attach_publisher(7, PUB, "orders/eu", "all", [b"1"])
+    publish(w, "B", 7, [b"1"], now=1.1)
+    assert w.take("C", Send) == []
+    assert outcomes(w, "B") == {b"1": ACCEPTED}
+
+
+def test_a_publisher_reconnecting_to_the_same_router_gets_the_outcome_it_missed() -> None:
+    w = Wire("A")
+    subscribe(w, "A", 1)
+    w["A"].attach_publisher(9, PUB, "orders/eu", "all")
+    publish(w, "A", 9, [b"1"])
+    w["A"].detach_publisher(9, final=False, now=0.5)  # its connection dropped
+    accept(w, "A", 1, w.take("A", Send), now=0.6)
+    assert outcomes(w, "A") == {}  # nobody to tell yet
+    w["A"].attach_publisher(10, PUB, "orders/eu", "all", [b"1"])
+    publish(w, "A", 10, [b"1"], now=1.0)
+    assert w.take("A", Send) == []
+    assert outcomes(w, "A") == {b"1": ACCEPTED}
+    w["A"].publisher_settled(10, b"1")
+    w.pump()
+    assert not w["A"].records
+
+
+def test_a_vanished_publishers_messages_stop_being_tracked_after_reconnect_timeout() -> None:
+    w = Wire("A", reconnect=2.0)
+    subscribe(w, "A", 1)
+    w["A"].attach_publisher(9, PUB, "orders/eu", "all")
+    publish(w, "A", 9, [b"1"])
+    w.take("A", Send)
+    w["A"].detach_publisher(9, final=False, now=0.5)
+    w["A"].tick(2.4)
+    assert w["A"].records
+    w["A"].tick(2.5)
+    w.pump(2.5)
+    assert w["A"].stats.deleted == 1
+
+
+def test_placeholders_hold_newer_messages_until_fulfilled_or_resume_timeout() -> None:
+    w = Wire("B", resume=1.0)
+    subscribe(w, "B", 1, gen=3, declared={"f" * 32: "received"}, now=0.0)
+    w["B"].attach_publisher(9, PUB, "orders/eu", "all")
+    publish(w, "B", 9, [b"1"], now=0.1)
+    assert w.take("B", Send) == [], "held behind the placeholder"
+    w["B"].tick(1.0)
+    w.pump(1.0)
+    assert [s.tag for s in w.take("B", Send)] == [tag_of(b"1")]
+
+
+def test_the_newest_attach_of_a_subscriber_wins_and_the_older_link_is_closed() -> None:
+    w = Wire("A", "C")
+    subscribe(w, "C", 1)
+    w["A"].attach_publisher(9, PUB, "orders/eu", "all")
+    publish(w, "A", 9, [b"1"])
+    assert len(w.take("C", Send)) == 1
+    subscribe(w, "A", 5, gen=7)  # the same subscriber, attached again at A
+    (closed,) = w.take("C", CloseLink)
+    assert closed.link == 1 and closed.condition == "amqp:link:stolen"
+    assert [s.tag for s in w.take("A", Send)] == [tag_of(b"1")]
+    accept(w, "A", 5, [Send(5, tag_of(b"1"), b"", 0, False)])
+    assert outcomes(w, "A") == {b"1": ACCEPTED}
