@@ -266,6 +266,8 @@ class AmqpConnection:
         """The link is gone: tell the engine, drop what we kept for it."""
         if self.links.pop(ls.ptr, None) is None:
             return
+        log.debug("%s %s %s", "publisher" if ls.is_publisher else "subscriber", ls.label,
+                  "closed its link" if final else "went away (link detached or lost)")
         self.node.forget_link(ls.id)
         if ls.is_publisher:
             for d in ls.deliveries.values():

@@ -48,6 +48,8 @@ def publisher_resends(props: dict | None) -> list[bytes]:
     for tag in tags:
         if isinstance(tag, str):
             tag = tag.encode()
+        elif isinstance(tag, memoryview | bytearray):  # proton decodes binary as memoryview
+            tag = bytes(tag)
         if not isinstance(tag, bytes) or not 0 < len(tag) <= 32:
             raise ResumeError(f"{RESUME_PROPERTY} 'unsettled' holds {tag!r}, which is not a "
                               "delivery tag (1 to 32 bytes)")
@@ -69,8 +71,8 @@ def subscriber_resume(props: dict | None) -> tuple[dict[str, str], int]:
         raise ResumeError(f"{RESUME_PROPERTY} 'gen' must be a non-negative integer, not {gen!r}")
     out: dict[str, str] = {}
     for tag, state in declared.items():
-        if isinstance(tag, bytes):
-            tag = tag.decode("ascii", "replace")
+        if isinstance(tag, bytes | memoryview | bytearray):
+            tag = bytes(tag).decode("ascii", "replace")
         if not isinstance(tag, str) or str(state) not in STATES:
             raise ResumeError(f"{RESUME_PROPERTY} 'unsettled' entry {tag!r}: {state!r} must "
                               "map a delivery tag to 'accepted' or 'received'")
