@@ -418,10 +418,14 @@ class AmqpConnection:
         link.close()
 
     def shutdown(self, description: str) -> None:
-        """Close every link and the connection, saying why (the router is stopping)."""
+        """Close every link and the connection, saying why (the router is stopping). The
+        engine is not told: it stops with the router, and to the rest of the mesh this is
+        the router going away, so its clients get the failover rules (they may resume
+        elsewhere), not a close that would end warm subscriptions and fail their copies."""
         for ls in list(self.links.values()):
             link = ls.link
-            self._forget(ls)
+            self.links.pop(ls.ptr, None)
+            self.node.forget_link(ls.id)
             link.condition = Condition(DETACH_FORCED, description)
             link.close()
         self.connection.condition = Condition(CONNECTION_FORCED, description)

@@ -3,6 +3,8 @@
     exactmesh router --id A --amqp 127.0.0.1:5672 [--config router.toml] [options]
     exactmesh demo [--messages N]
     exactmesh status delivery ID --http HOST:PORT      (also: status deliveries, status health)
+    exactmesh pub --url URL --topic T --id NAME --state-dir DIR [--count N]   (router/pubsub_cli.py)
+    exactmesh sub --url URL --topic FILTER --id NAME --state-dir DIR [--count N]
 
 Errors in the command line or the configuration, and a port already in use, print one line
 naming the problem and exit with status 2. `status` prints the router's JSON answer and exits
@@ -57,6 +59,9 @@ def _router_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--reconnect-timeout", type=float, metavar="SECONDS",
                    help="how long a warm (durable) subscriber that went away stays "
                    "subscribed when its terminus sets no timeout (default 30)")
+    p.add_argument("--resume-timeout", type=float, metavar="SECONDS",
+                   help="how long a resumed subscriber's unknown unsettled deliveries hold "
+                   "back newer ones (default 5)")
     p.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
     p.add_argument("--http", metavar="HOST:PORT",
                    help="serve delivery status and health as JSON over HTTP (default off)")
@@ -114,6 +119,9 @@ def parser() -> argparse.ArgumentParser:
     _router_parser(sub)
     _demo_parser(sub)
     _status_parser(sub)
+    from .pubsub_cli import add_parsers
+
+    add_parsers(sub)  # pub, sub
     return p
 
 
@@ -189,6 +197,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return run_demo(messages=args.messages)
     if args.command == "status":
         return run_status(args)
+    if args.command in ("pub", "sub"):
+        from .pubsub_cli import run
+
+        return run(args)
     return EXIT_USAGE
 
 

@@ -1,12 +1,15 @@
-"""`exactmesh demo`: three routers in a line, publishers and subscribers spread over them,
-and a delivery report.
+"""`exactmesh demo`: three routers in a line, publishers and subscribers spread over them, one
+router killed with SIGKILL mid-stream and restarted, and a delivery report.
 
-It starts three real `exactmesh router` processes on free loopback ports (A - B - C), attaches
-subscribers with overlapping wildcard filters on every router using proton's own client,
-waits until gossip has told every publishing router about every subscriber, publishes
-numbered messages to three topics from routers A and C with a window of unacknowledged
-messages, and then checks every message each subscriber was owed against what it received:
-lost, duplicated, out of order. It exits 1 if anything is wrong.
+It starts three real `exactmesh router` processes on free loopback ports (A - B - C) and
+attaches durable subscribers with overlapping wildcard filters on every router, using the
+client SDK (`amqp_edge/client.py`), each with a list of two routers to fail over to. Once
+gossip has told every publishing router about every subscriber, SDK publishers on A and C
+publish numbered messages. When a third of the stream has arrived, router C (a publisher's
+and two subscribers' router) is killed with SIGKILL and started again a second later; its
+clients resume at B. The report checks every message each subscriber was owed against what it
+processed (lost, duplicated, out of order) and every publisher's outcomes, and says how long
+the failover took. It exits 1 if anything is wrong.
 """
 
 from __future__ import annotations
@@ -16,138 +19,67 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from proton import Message
-from proton.handlers import MessagingHandler
-from proton.reactor import Container
+from amqp_edge.client import ClientClosed, Publisher, Subscriber
 
 from .topics import matches
 
 ROUTERS = ["A", "B", "C"]
-# (router, topic): publishers on both ends of the line
-PUBLISHERS = [("A", "orders/eu/paris"), ("A", "orders/us/nyc"), ("C", "orders/eu/berlin")]
-# (router, filter): subscribers everywhere
-SUBSCRIBERS = [("A", "orders/#"), ("B", "orders/eu/+"), ("C", "orders/+/paris"),
-               ("C", "orders/#"), ("B", "payments/#")]
+FAILOVER = {"A": "B", "B": "A", "C": "B"}  # each client's second router
+# (name, router, topic): publishers on both ends of the line
+PUBLISHERS = [("paris", "A", "orders/eu/paris"), ("nyc", "A", "orders/us/nyc"),
+              ("berlin", "C", "orders/eu/berlin")]
+# (name, router, filter): subscribers everywhere
+SUBSCRIBERS = [("all-a", "A", "orders/#"), ("eu-b", "B", "orders/eu/+"),
+               ("paris-c", "C", "orders/+/paris"), ("all-c", "C", "orders/#"),
+               ("pay-b", "B", "payments/#")]
+VICTIM = "C"
 WINDOW = 100
 SECRET = "demo-secret"
 
 
-@dataclass
-class Sub:
-    router: str
-    filter: str
-    received: list[str] = field(default_factory=list)
-
-
-@dataclass
-class Pub:
-    router: str
-    topic: str
-    sender: Any = None
-    sent: list[str] = field(default_factory=list)
-
-
-class DemoClients(MessagingHandler):
-    """All publishers and subscribers, in one proton container, one connection per router."""
-
-    def __init__(self, urls: dict[str, str], messages: int, ready: threading.Event) -> None:
-        super().__init__(auto_accept=True)
-        self.urls = urls
-        self.total = messages
-        self.ready = ready  # set by the demo once gossip has converged
-        self.subs = [Sub(r, f) for r, f in SUBSCRIBERS]
-        self.pubs = [Pub(r, t) for r, t in PUBLISHERS]
-        self.receivers: dict[Any, Sub] = {}
-        self.sent_at: dict[Any, float] = {}
-        self.latencies: list[float] = []
-        self.outcomes: dict[str, int] = {}
-        self.sent = 0
-        self.attached = threading.Event()
-        self.started = 0.0
-        self.finished = 0.0
-        self.conns: dict[str, Any] = {}
-
-    def on_start(self, event: Any) -> None:
-        self.container = event.container
-        for router, url in self.urls.items():
-            self.conns[router] = event.container.connect(url, reconnect=False)
-        for i, sub in enumerate(self.subs):
-            r = event.container.create_receiver(self.conns[sub.router], sub.filter,
-                                                name=f"sub{i}")
-            self.receivers[r] = sub
-
-    def on_link_opened(self, event: Any) -> None:
-        if event.receiver in self.receivers and all(
-            r.state & r.REMOTE_ACTIVE for r in self.receivers
-        ):
-            self.attached.set()
-
-    def start_publishing(self) -> None:
-        """Called on the container thread once every router knows every subscriber."""
-        self.started = time.monotonic()
-        for p in self.pubs:
-            p.sender = self.container.create_sender(self.conns[p.router], p.topic,
-                                                    name=f"pub-{p.topic}")
-
-    def on_sendable(self, event: Any) -> None:
-        # Round-robin over the publishers, within one window in total.
-        while self.sent < self.total and self.sent - self.done() < WINDOW:
-            pub = self.pubs[self.sent % len(self.pubs)]
-            if pub.sender is None or not pub.sender.credit:
-                return
-            body = f"{pub.topic}#{self.sent}"
-            d = pub.sender.send(Message(body=body))
-            pub.sent.append(body)
-            self.sent_at[d] = time.monotonic()
-            self.sent += 1
-
-    def done(self) -> int:
-        return sum(self.outcomes.values())
-
-    def on_message(self, event: Any) -> None:
-        self.receivers[event.receiver].received.append(event.message.body)
-
-    def on_settled(self, event: Any) -> None:
-        d = event.delivery
-        state = "accepted" if d.remote_state == ACCEPTED else "rejected"
-        self.outcomes[state] = self.outcomes.get(state, 0) + 1
-        self.latencies.append(time.monotonic() - self.sent_at.pop(d))
-        self.on_sendable(event)
-        if self.done() == self.total and not self.finished:
-            self.finished = time.monotonic()
-            for conn in self.conns.values():
-                conn.close()
-
-
-ACCEPTED = 0x24  # the AMQP accepted outcome's state code (proton Delivery.ACCEPTED)
-
-
 class Router:
+    """One `exactmesh router` process on fixed ports, so that it can be restarted."""
+
     def __init__(self, name: str, amqp: int, mesh: int, connect: int | None) -> None:
         exe = os.path.join(os.path.dirname(sys.executable), "exactmesh")
-        args = [exe, "router", "--id", name, "--amqp", f"127.0.0.1:{amqp}",
-                "--listen", f"127.0.0.1:{mesh}", "--cluster-secret", SECRET,
-                "--log-level", "debug"]
+        self.args = [exe, "router", "--id", name, "--amqp", f"127.0.0.1:{amqp}",
+                     "--listen", f"127.0.0.1:{mesh}", "--cluster-secret", SECRET,
+                     "--log-level", "debug"]
         if connect is not None:
-            args += ["--connect", f"127.0.0.1:{connect}"]
+            self.args += ["--connect", f"127.0.0.1:{connect}"]
         self.name = name
-        self.url = f"127.0.0.1:{amqp}"
+        self.url = f"amqp://127.0.0.1:{amqp}"
         self.lines: list[str] = []
-        self.proc = subprocess.Popen(args, stderr=subprocess.PIPE, text=True)
-        threading.Thread(target=self._read, daemon=True).start()
+        self.start()
 
-    def _read(self) -> None:
-        assert self.proc.stderr is not None
-        for line in self.proc.stderr:
-            self.lines.append(line)
+    def start(self) -> None:
+        self.lines = []
+        self.proc = subprocess.Popen(self.args, stderr=subprocess.PIPE, text=True)
+        threading.Thread(target=self._read, args=(self.proc, self.lines), daemon=True).start()
+
+    @staticmethod
+    def _read(proc: subprocess.Popen, lines: list[str]) -> None:
+        assert proc.stderr is not None
+        for line in proc.stderr:
+            lines.append(line)
+
+    def ready(self) -> bool:
+        return any(" ready" in line for line in self.lines)
 
     def knows(self) -> int:
         return sum("knows subscriber" in line for line in self.lines)
+
+    def kill(self) -> None:
+        """SIGKILL by PID, as in a crash: no goodbye to peers or clients."""
+        if self.proc.poll() is None:
+            os.kill(self.proc.pid, signal.SIGKILL)
+        self.proc.wait(10)
 
     def stop(self) -> None:
         if self.proc.poll() is None:
@@ -156,6 +88,46 @@ class Router:
                 self.proc.wait(10)
             except subprocess.TimeoutExpired:
                 os.kill(self.proc.pid, signal.SIGKILL)
+
+
+@dataclass
+class DemoSub:
+    name: str
+    router: str
+    filter: str
+    client: Subscriber
+    ids: list[str] = field(default_factory=list)  # message ids processed, in order
+    times: list[float] = field(default_factory=list)
+    stop: threading.Event = field(default_factory=threading.Event)
+
+    def run(self) -> None:
+        while not self.stop.is_set():
+            try:
+                msg = self.client.receive(timeout=0.1)
+            except ClientClosed:
+                return  # the demo is over
+            if msg is not None:
+                self.ids.append(str(msg.message_id))
+                self.times.append(time.monotonic())
+                self.client.accept(msg)
+
+
+@dataclass
+class DemoPub:
+    name: str
+    router: str
+    topic: str
+    client: Publisher
+    count: int
+    sent_at: dict[int, float] = field(default_factory=dict)
+
+    def run(self) -> None:
+        for i in range(self.count):
+            seq = self.client.send(f"{self.topic} #{i + 1}")
+            self.sent_at[seq] = time.monotonic()
+
+    def ids(self) -> list[str]:
+        return [f"{self.name}:{i}" for i in range(1, self.count + 1)]
 
 
 def _free_ports(n: int) -> list[int]:
@@ -176,75 +148,113 @@ def _wait(condition: Any, timeout: float, what: str) -> None:
         time.sleep(0.01)
 
 
-def _percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else float("nan")
-
-
-def report(clients: DemoClients) -> bool:
-    elapsed = (clients.finished or time.monotonic()) - clients.started
-    lat = [x * 1000 for x in clients.latencies]
-    accepted = clients.outcomes.get("accepted", 0)
-    print(f"\npublishers: sent {clients.sent}, accepted {accepted}, rejected "
-          f"{clients.outcomes.get('rejected', 0)} in {elapsed:.2f} s "
-          f"({clients.done() / max(elapsed, 1e-9):,.0f} msg/s); latency send->accepted "
-          f"p50 {_percentile(lat, 0.5):.2f} ms, p99 {_percentile(lat, 0.99):.2f} ms")
-    for p in clients.pubs:
-        print(f"  on router {p.router}: {p.topic:<18} sent {len(p.sent)}")
-    print(f"\n{'subscriber':<12}{'router':<8}{'filter':<18}{'owed':>6}{'received':>10}"
-          f"{'duplicates':>12}{'lost':>6}{'in order':>10}")
-    ok = accepted == clients.sent == clients.total
-    for i, s in enumerate(clients.subs):
-        owed_by_pub = [[b for b in p.sent if matches(s.filter, p.topic)] for p in clients.pubs]
-        owed = {b for lst in owed_by_pub for b in lst}
-        seen = set(s.received)
-        dupes = len(s.received) - len(seen)
+def report(pubs: list[DemoPub], subs: list[DemoSub], routers: dict[str, Router],
+           elapsed: float, killed_at: float, back_at: float) -> bool:
+    where = {r.url: name for name, r in routers.items()}
+    total = sum(p.count for p in pubs)
+    print(f"\n{'publisher':<10}{'router':<10}{'topic':<18}{'sent':>6}{'accepted':>10}"
+          f"{'failed':>8}{'resent':>8}")
+    ok = True
+    for p in pubs:
+        st = p.client.stats()
+        failed = len(p.client.failures())
+        moved = f"{p.router}->{where.get(st['url'], '?')}" if where.get(st["url"]) != p.router \
+            else p.router
+        ok = ok and st["accepted_total"] == p.count and failed == 0
+        print(f"{p.name:<10}{moved:<10}{p.topic:<18}{p.count:>6}{st['accepted_total']:>10}"
+              f"{failed:>8}{st['resent']:>8}")
+    print(f"\n{'subscriber':<11}{'router':<10}{'filter':<17}{'owed':>6}{'processed':>10}"
+          f"{'dup':>5}{'lost':>6}{'in order':>10}{'suppressed':>12}")
+    for s in subs:
+        owed_by_pub = [p.ids() for p in pubs if matches(s.filter, p.topic)]
+        owed = {i for ids in owed_by_pub for i in ids}
+        seen = set(s.ids)
+        dupes = len(s.ids) - len(seen)
         lost = len(owed - seen)
-        in_order = all([b for b in s.received if b in set(lst)] == lst for lst in owed_by_pub)
+        in_order = all([i for i in s.ids if i in set(ids)] == ids for ids in owed_by_pub)
         ok = ok and dupes == 0 and lost == 0 and in_order and seen <= owed
-        print(f"{'sub' + str(i):<12}{s.router:<8}{s.filter:<18}{len(owed):>6}"
-              f"{len(s.received):>10}{dupes:>12}{lost:>6}{'yes' if in_order else 'NO':>10}")
-    print("\nRESULT: " + ("every subscriber got every message it was owed exactly once, in "
-                          "publish order; every publisher was told accepted for all" if ok
-                          else "FAILED: see the table above"))
+        st = s.client.stats()
+        now_at = where.get(st["url"], "?")
+        moved = s.router if now_at == s.router else f"{s.router}->{now_at}"
+        print(f"{s.name:<11}{moved:<10}{s.filter:<17}{len(owed):>6}{len(s.ids):>10}"
+              f"{dupes:>5}{lost:>6}{'yes' if in_order else 'NO':>10}"
+              f"{st['duplicates_suppressed']:>12}")
+    moved = [s for s in subs if s.router == VICTIM]
+    after = [t for s in moved for t in s.times if t > killed_at]
+    first = min(after) - killed_at if after else float("nan")
+    last = max(t for s in subs for t in s.times) - killed_at
+    print(f"\nrouter {VICTIM} was killed with SIGKILL mid-stream and restarted "
+          f"{back_at - killed_at:.1f} s later")
+    print(f"its subscribers' first delivery after the kill (at router {FAILOVER[VICTIM]}): "
+          f"{first * 1000:.0f} ms; last delivery of the run: {last:.2f} s after the kill; "
+          f"{total} messages published in {elapsed:.2f} s")
+    print("\nRESULT: " + ("every subscriber processed every message it was owed exactly once, "
+                          "in publish order; every publisher was told accepted for all" if ok
+                          else "FAILED: see the tables above"))
     return ok
 
 
 def run_demo(messages: int = 2000) -> int:
     amqp = _free_ports(3)
     mesh = _free_ports(3)
-    routers: list[Router] = []
+    routers: dict[str, Router] = {}
+    subs: list[DemoSub] = []
+    pubs: list[DemoPub] = []
+    state = tempfile.TemporaryDirectory(prefix="exactmesh-demo-")
     try:
         for i, name in enumerate(ROUTERS):  # A - B - C: each connects to the previous one
-            routers.append(Router(name, amqp[i], mesh[i], mesh[i - 1] if i else None))
-        for r in routers:
-            _wait(lambda r=r: any("ready" in line for line in r.lines), 15, f"router {r.name}")
-        print("routers: " + " - ".join(f"{r.name} ({r.url})" for r in routers))
-        ready = threading.Event()
-        clients = DemoClients({r.name: r.url for r in routers}, messages, ready)
-        runner = threading.Thread(target=Container(clients).run, daemon=True)
-        runner.start()
-        _wait(clients.attached.is_set, 15, "subscribers to attach")
-        # Each publishing router must know every subscriber on the other routers.
-        remote = {r.name: sum(1 for s, _ in SUBSCRIBERS if s != r.name) for r in routers}
-        for r in routers:
-            if any(p == r.name for p, _ in PUBLISHERS):
-                _wait(lambda r=r: r.knows() >= remote[r.name], 15, f"gossip to {r.name}")
+            routers[name] = Router(name, amqp[i], mesh[i], mesh[i - 1] if i else None)
+        for r in routers.values():
+            _wait(r.ready, 15, f"router {r.name}")
+        print("routers: " + " - ".join(f"{n} ({r.url})" for n, r in routers.items()))
+
+        def urls(router: str) -> list[str]:
+            return [routers[router].url, routers[FAILOVER[router]].url]
+
+        for name, router, flt in SUBSCRIBERS:
+            client = Subscriber(urls(router), flt, id=name, state_dir=f"{state.name}/{name}",
+                                durable=True, timeout=60)
+            subs.append(DemoSub(name, router, flt, client))
+        remote = {r: sum(1 for _, s, _ in SUBSCRIBERS if s != r) for r in ROUTERS}
+        for r in {router for _, router, _ in PUBLISHERS}:
+            _wait(lambda r=r: routers[r].knows() >= remote[r], 15, f"gossip to {r}")
         print("gossip converged: every publishing router knows every subscriber")
-        clients.container.schedule(0, _Call(clients.start_publishing))
-        runner.join(120)
-        ok = report(clients)
+        for s in subs:
+            threading.Thread(target=s.run, daemon=True).start()
+        started = time.monotonic()
+        for name, router, topic in PUBLISHERS:
+            client = Publisher(urls(router), topic, id=name, state_dir=f"{state.name}/{name}",
+                               window=WINDOW)
+            pubs.append(DemoPub(name, router, topic, client, messages))
+        feeders = [threading.Thread(target=p.run, daemon=True) for p in pubs]
+        for f in feeders:
+            f.start()
+        expected = sum(1 for s in subs for p in pubs if matches(s.filter, p.topic)) * messages
+        _wait(lambda: sum(len(s.ids) for s in subs) >= expected // 3, 60, "a third of it")
+        killed_at = time.monotonic()
+        routers[VICTIM].kill()
+        print(f"router {VICTIM} killed with SIGKILL mid-stream "
+              f"({sum(len(s.ids) for s in subs)} of {expected} deliveries done)")
+        _wait(lambda: time.monotonic() - killed_at >= 1.0, 2, "a second")
+        routers[VICTIM].start()
+        _wait(routers[VICTIM].ready, 15, f"router {VICTIM} to restart")
+        back_at = time.monotonic()
+        print(f"router {VICTIM} restarted")
+        for f in feeders:
+            f.join(120)
+        for p in pubs:
+            p.client.flush(timeout=120)
+        deadline = time.monotonic() + 60  # then report what is missing, if anything
+        while sum(len(s.ids) for s in subs) < expected and time.monotonic() < deadline:
+            time.sleep(0.05)
+        elapsed = time.monotonic() - started
+        ok = report(pubs, subs, routers, elapsed, killed_at, back_at)
     finally:
-        for r in routers:
+        for s in subs:
+            s.stop.set()
+        for client in [p.client for p in pubs] + [s.client for s in subs]:
+            client.close()
+        for r in routers.values():
             r.stop()
+        state.cleanup()
     return 0 if ok else 1
-
-
-class _Call:
-    """A container timer handler that runs one function on the container thread."""
-
-    def __init__(self, fn: Any) -> None:
-        self.fn = fn
-
-    def on_timer_task(self, event: Any) -> None:
-        self.fn()

@@ -129,11 +129,15 @@ class FailoverMixin:
                        and p.state == PartState.PENDING), key=lambda r: r.seq)
         for rec in owed:
             del rec.peers[key]
+            rec.pending -= 1  # the part becomes a copy, which counts instead
             self._add_copy(rec, sub)
             sub.queue.append(rec)
         if owed:
             self.stats.resent += len(owed)
             self._pump(sub)
+        for rec in owed:  # one it declared accepted on resume may be decided now
+            self._decide(rec)
+            self._maybe_forget(rec)
 
     def _moved_away(self: Engine, sub: Subscriber, router: str) -> None:
         """A newer attach of `sub`'s key at `router` wins: this one ends without failing

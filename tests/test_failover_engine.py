@@ -70,7 +70,6 @@ class Wire:
                 if dst in live:
                     live[dst].remote_forget(src, action.msg_id)
         elif isinstance(action, Subscribed):
-            container, _, link = action.key.partition("/")
             for e in live.values():
                 if action.topic_filter is None:
                     e.remote_subscriber_removed(src, action.key)
@@ -144,7 +143,13 @@ def test_a_subscriber_whose_router_dies_gets_the_rest_in_order_at_its_new_router
     accept(w, "B", 1, again, now=2.1)
     assert set(outcomes(w, "A")) == {b"3", b"4", b"5"}
     publish(w, "A", 9, [b"6"], now=3.0)
-    assert [s.tag for s in w.take("B", Send)] == [tag_of(b"6")]
+    last = w.take("B", Send)
+    assert [s.tag for s in last] == [tag_of(b"6")]
+    accept(w, "B", 1, last, now=3.1)
+    for tag in (b"1", b"2", b"3", b"4", b"5", b"6"):
+        w["A"].publisher_settled(9, tag)
+    w.pump(3.2)
+    assert not w["A"].records and not w["B"].records, "nothing may be left behind"
 
 
 def test_a_subscriber_that_does_not_reattach_in_time_fails_by_name() -> None:
@@ -256,3 +261,23 @@ def test_the_newest_attach_of_a_subscriber_wins_and_the_older_link_is_closed() -
     assert [s.tag for s in w.take("A", Send)] == [tag_of(b"1")]
     accept(w, "A", 5, [Send(5, tag_of(b"1"), b"", 0, False)])
     assert outcomes(w, "A") == {b"1": ACCEPTED}
+    w["A"].publisher_settled(9, b"1")
+    w.pump()
+    assert not w["A"].records and not w["C"].records, "nothing may be left behind"
+
+
+def test_a_subscriber_resuming_at_the_origin_with_a_delivery_it_accepted_decides_it() -> None:
+    """Its router died after it accepted, before the verdict left: the origin learns of the
+    acceptance from the resume declaration, and the record ends."""
+    w = Wire("A", "C")
+    subscribe(w, "C", 1)
+    w["A"].attach_publisher(9, PUB, "orders/eu", "all")
+    publish(w, "A", 9, [b"1"])
+    w.take("C", Send)
+    w.crash("C", now=1.0)
+    subscribe(w, "A", 2, gen=2, declared={tag_of(b"1").decode(): "accepted"}, now=1.5)
+    assert w.take("A", Send) == []
+    assert outcomes(w, "A") == {b"1": ACCEPTED}
+    w["A"].publisher_settled(9, b"1")
+    w.pump(1.6)
+    assert not w["A"].records

@@ -1,0 +1,1114 @@
+"""The exactly-once client SDK: a blocking `Publisher` and `Subscriber` for exactmesh routers.
+
+    from amqp_edge.client import Publisher, Subscriber
+
+    with Publisher(["amqp://127.0.0.1:5672"], topic="orders/eu", id="shop-1",
+                   state_dir="/var/lib/shop") as pub:
+        pub.send(b"order 1")
+        pub.flush(timeout=30)
+
+    with Subscriber(["amqp://127.0.0.1:5672"], "orders/#", id="billing",
+                    state_dir="/var/lib/billing", durable=True, timeout=60) as sub:
+        for msg in sub:
+            handle(msg.body)
+            sub.accept(msg)
+
+Each client runs one python-qpid-proton `Container` in a background daemon thread (the *I/O
+thread*); the application's calls reach it through a queue and an `EventInjector`. Group
+commits to SQLite (`amqp_edge.client_store`) happen on the I/O thread once per batch of events
+(proton's REACTOR_QUIESCED, i.e. before it waits for the sockets again), so a message is in the
+database before it goes on the wire without one commit per message.
+
+Identity: a publisher is container-id NAME with link `pub/NAME`; its delivery tags are the
+ASCII decimal of a persisted sequence number (b"1", b"2", ...), never reused, and a message's
+id is "NAME:seq". A subscriber is container-id NAME with link `sub/NAME`; it sees the router's
+tags (32 hex characters, `router.records.outgoing_tag`). On reconnecting, both declare what
+they hold in the link property `exactmesh:resume` (docs/resume-protocol.md).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import heapq
+import logging
+import socket
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import urlsplit
+
+from proton import Condition, Delivery, Endpoint, Handler, Message, Terminus, symbol
+from proton.reactor import ApplicationEvent, Container, EventInjector, LinkOption
+
+from router.topics import TopicError, validate_filter, validate_topic
+
+from .client_store import PublisherStore, StoreError, SubscriberStore
+
+__all__ = [
+    "ClientClosed",
+    "ClientError",
+    "Failure",
+    "Outcome",
+    "Publisher",
+    "ReceivedMessage",
+    "RouterUnreachable",
+    "StoreError",
+    "Subscriber",
+    "parse_urls",
+]
+
+log = logging.getLogger("exactmesh.client")
+
+RESUME_KEY = symbol("exactmesh:resume")
+DELIVERY_MODE_KEY = symbol("delivery-mode")
+BACKOFF_MIN = 0.05
+BACKOFF_MAX = 1.0
+ATTEMPT_TIMEOUT = 5.0  # one connection attempt that has not attached by then is abandoned
+RESUME_ACCEPTED_MAX = 256  # a subscriber declares at most this many accepted tags (an
+# attach frame must fit the router's max frame size, 32 KiB by default) ...
+RESUME_ACCEPTED_AGE = 60.0  # ... accepted in the last this many seconds
+# A link refused or closed with one of these will be refused again: reconnecting cannot help.
+FATAL_CONDITIONS = frozenset({
+    "amqp:invalid-field",
+    "amqp:not-implemented",
+    "amqp:not-allowed",
+    "amqp:not-found",
+    "amqp:unauthorized-access",
+    "amqp:precondition-failed",
+    "amqp:link:message-size-exceeded",
+    "amqp:decode-error",
+    # Another client attached with the same identity, newer than this one: taking the link
+    # back would only make the two fight over it.
+    "amqp:link:stolen",
+})
+
+
+class ClientError(Exception):
+    """The client cannot go on (a router refused its link, its state failed, ...)."""
+
+
+class RouterUnreachable(ClientError):
+    """No router in the URL list could be reached for `connect_timeout` seconds."""
+
+
+class ClientClosed(ClientError):
+    """The client was closed."""
+
+
+def parse_urls(urls: str | Sequence[str]) -> list[str]:
+    """`amqp://host:port` or `host:port`, as a list or comma-separated; returns them as
+    `amqp://host:port`. Raises ValueError saying which one is wrong and why."""
+    items = [u.strip() for u in urls.split(",")] if isinstance(urls, str) else list(urls)
+    if not items or any(not u for u in items):
+        raise ValueError("no router URL given: pass amqp://HOST:PORT (several separated by "
+                         "commas)")
+    out = []
+    for url in items:
+        text = url if "://" in url else f"amqp://{url}"
+        try:
+            parts = urlsplit(text)
+            port = parts.port
+        except ValueError as err:
+            raise ValueError(f"bad router URL {url!r}: {err}; write amqp://HOST:PORT") from None
+        if parts.scheme not in ("amqp", "amqps"):
+            raise ValueError(f"bad router URL {url!r}: scheme {parts.scheme!r} is not amqp; "
+                             "write amqp://HOST:PORT")
+        if not parts.hostname:
+            raise ValueError(f"bad router URL {url!r}: no host; write amqp://HOST:PORT")
+        if parts.path not in ("", "/") or parts.query or parts.fragment:
+            raise ValueError(f"bad router URL {url!r}: a router URL has no path; "
+                             "write amqp://HOST:PORT")
+        host = f"[{parts.hostname}]" if ":" in parts.hostname else parts.hostname
+        out.append(f"{parts.scheme}://{host}:{port or 5672}")
+    return out
+
+
+def _check_name(name: str) -> str:
+    if not isinstance(name, str) or not name or len(name) > 200:
+        raise ValueError(f"client id {name!r} must be a non-empty string of at most 200 "
+                         "characters")
+    return name
+
+
+class _Options(LinkOption):
+    """Link properties (the resume declaration and others) and, for a durable subscriber, its
+    source terminus, set before the link opens."""
+
+    def __init__(self, properties: dict, durable: bool = False,
+                 timeout: float | None = None) -> None:
+        self.properties = properties
+        self.durable = durable
+        self.timeout = timeout
+
+    def apply(self, link: Any) -> None:
+        link.properties = self.properties
+        if self.durable:
+            link.source.durability = Terminus.DELIVERIES
+            link.source.expiry_policy = Terminus.EXPIRE_NEVER
+            link.source.timeout = int(self.timeout or 0)
+
+
+class _Timer(Handler):
+    def __init__(self, fn: Callable[[], None]) -> None:
+        self.fn = fn
+
+    def on_timer_task(self, event: Any) -> None:
+        self.fn()
+
+
+class _ClientLoop(Handler):
+    """What publishers and subscribers share: the I/O thread, reconnection to the next URL
+    with backoff, the resume property on attach, and thread-safe wake-ups."""
+
+    kind = "client"
+
+    def __init__(self, urls: str | Sequence[str], name: str, *,
+                 connect_timeout: float | None, idle_timeout: float) -> None:
+        self._urls = parse_urls(urls)
+        self._name = _check_name(name)
+        self._connect_timeout = connect_timeout
+        self._idle_timeout = idle_timeout
+        self._lock = threading.Lock()
+        self._cond = threading.Condition(self._lock)
+        self._listeners: list[Callable[[], None]] = []
+        # shared, under _lock
+        self._error: BaseException | None = None
+        self._closed = False
+        self._attached = False
+        self._attached_url: str | None = None
+        self._wake_pending = False
+        self._reconnects = 0
+        # I/O thread only
+        self._url_index = 0
+        self._backoff = BACKOFF_MIN
+        self._conn: Any = None
+        self._link: Any = None
+        self._incarnation = 0  # of the current connection and link
+        self._down_since = time.monotonic()
+        self._last_error = "none yet"
+        self._stopping = False
+        self._reconnect_timer: Any = None
+        self._container = Container(self)
+        self._container.container_id = self._name
+        self._injector = EventInjector()
+        self._container.selectable(self._injector)
+        self._thread = threading.Thread(target=self._run, daemon=True,
+                                        name=f"exactmesh-{self.kind}-{self._name}")
+
+    # ------------------------------------------------------------------ any thread
+
+    def _start(self) -> None:
+        self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            self._container.run()
+        except BaseException as exc:  # surfaced to the application by every call
+            log.exception("%s %s: the I/O thread failed", self.kind, self._name)
+            self._fail(ClientError(f"the client's I/O thread failed: {exc!r}"))
+
+    def _wake(self) -> None:
+        with self._lock:
+            if self._wake_pending or self._closed:
+                return
+            self._wake_pending = True
+        self._injector.trigger(ApplicationEvent("exactmesh_wake"))
+
+    def _notify(self) -> None:
+        """Call with _lock held: wake blocked callers and listeners (trio)."""
+        self._cond.notify_all()
+        for fn in self._listeners:
+            fn()
+
+    def _add_listener(self, fn: Callable[[], None]) -> None:
+        """`fn` is called (from any thread, with the client's lock held; it must not block)
+        whenever the client's state changes: an outcome, a message, an error, attach."""
+        with self._lock:
+            self._listeners.append(fn)
+
+    def _remove_listener(self, fn: Callable[[], None]) -> None:
+        with self._lock, contextlib.suppress(ValueError):
+            self._listeners.remove(fn)
+
+    def _fail(self, exc: BaseException) -> None:
+        with self._lock:
+            if self._error is None:
+                self._error = exc
+            self._notify()
+
+    def _check(self) -> None:
+        """Call with _lock held: raise the client's error, or ClientClosed."""
+        if self._error is not None:
+            raise self._error
+        if self._closed:
+            raise ClientClosed(f"{self.kind} {self._name!r} is closed")
+
+    def check(self) -> None:
+        """Raise the client's error (e.g. RouterUnreachable), or ClientClosed; else nothing."""
+        with self._lock:
+            self._check()
+
+    @property
+    def attached(self) -> bool:
+        return self._attached
+
+    def wait_attached(self, timeout: float | None = None) -> str:
+        """Block until the link is attached to a router; returns that router's URL. Raises
+        TimeoutError, or the client's error (e.g. RouterUnreachable)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._cond:
+            while not self._attached:
+                self._check()
+                remaining = None if deadline is None else deadline - time.monotonic()
+                if remaining is not None and remaining <= 0:
+                    raise TimeoutError(f"{self.kind} {self._name!r} not attached to any of "
+                                       f"{', '.join(self._urls)} after {timeout} s "
+                                       f"(last error: {self._last_error})")
+                self._cond.wait(remaining)
+            return self._attached_url or ""
+
+    def close(self) -> None:
+        """Detach and stop the I/O thread. Messages without an outcome stay in the state
+        directory; nothing is flushed (call `flush` first for that)."""
+        with self._lock:
+            if self._closed:
+                return
+            self._wake_pending = True  # no more wake-ups: the injector is about to close
+        if self._thread.is_alive():
+            self._injector.trigger(ApplicationEvent("exactmesh_close"))
+            self._thread.join(10)
+        with self._lock:
+            self._closed = True
+            self._notify()
+        with contextlib.suppress(Exception):
+            self._injector.close()
+        self._close_store()
+
+    def __enter__(self) -> Any:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ------------------------------------------------------------------ to override
+
+    def _close_store(self) -> None:
+        raise NotImplementedError
+
+    def _open_link(self, conn: Any) -> Any:
+        raise NotImplementedError
+
+    def _on_attached(self, link: Any) -> None:
+        pass
+
+    def _on_link_lost(self) -> None:
+        pass
+
+    def _on_wake(self) -> None:
+        pass
+
+    def _on_quiesced(self) -> None:
+        pass
+
+    def _on_closing(self) -> None:
+        pass
+
+    def _detach_on_close(self) -> bool:
+        """Detach (keep the subscription / resumable state at the router) rather than close."""
+        return True
+
+    # ------------------------------------------------------------------ I/O thread
+
+    def on_reactor_init(self, event: Any) -> None:
+        self._connect()
+
+    def on_reactor_quiesced(self, event: Any) -> None:
+        try:
+            self._on_quiesced()
+        except Exception as exc:
+            log.exception("%s %s failed", self.kind, self._name)
+            self._fail(exc if isinstance(exc, ClientError | StoreError)
+                       else ClientError(f"{self.kind} {self._name!r} failed: {exc!r}"))
+            self._drop_connection()
+
+    def on_exactmesh_wake(self, event: Any) -> None:
+        with self._lock:
+            self._wake_pending = False
+        self._on_wake()
+
+    def on_exactmesh_close(self, event: Any) -> None:
+        self._stopping = True
+        if self._reconnect_timer is not None:
+            self._reconnect_timer.cancel()
+        try:
+            self._on_closing()
+        except Exception:
+            log.exception("%s %s: while closing", self.kind, self._name)
+        conn, link = self._conn, self._link
+        self._conn = self._link = None
+        with self._lock:
+            self._attached = False
+        if conn is None:
+            self._container.stop()
+            return
+        if link is not None and not link.state & Endpoint.LOCAL_CLOSED:
+            if self._detach_on_close():
+                link.detach()
+            else:
+                link.close()
+        conn.close()
+        # Give the close frames up to a second to leave, then stop regardless.
+        self._container.schedule(1.0, _Timer(self._container.stop))
+
+    def _connect(self) -> None:
+        self._reconnect_timer = None
+        if self._stopping or self._error is not None:
+            return
+        url = self._urls[self._url_index % len(self._urls)]
+        self._url_index += 1
+        self._incarnation += 1
+        incarnation = self._incarnation
+        log.debug("%s %s: connecting to %s", self.kind, self._name, url)
+        parts = urlsplit(url)
+        try:  # proton's connect raises from its event loop on a name it cannot resolve
+            socket.getaddrinfo(parts.hostname, parts.port, 0, socket.SOCK_STREAM)
+        except OSError as err:
+            self._last_error = f"cannot resolve {parts.hostname!r}: {err}"
+            self._conn = None
+            self._retry_later()
+            return
+        self._conn = self._container.connect(url, handler=self, reconnect=False,
+                                             heartbeat=self._idle_timeout)
+        self._conn.exactmesh_incarnation = incarnation
+        self._conn.exactmesh_url = url
+        self._link = self._open_link(self._conn)
+        self._container.schedule(ATTEMPT_TIMEOUT, _Timer(lambda: self._attempt_expired(
+            incarnation)))
+
+    def _attempt_expired(self, incarnation: int) -> None:
+        if incarnation == self._incarnation and not self._attached and self._conn is not None:
+            self._last_error = f"no attach from {self._conn.exactmesh_url} within " \
+                               f"{ATTEMPT_TIMEOUT:g} s"
+            self._lost(self._conn, self._last_error)
+
+    def _current(self, conn: Any) -> bool:
+        if conn is None or self._conn is None:
+            return False
+        try:
+            return conn.exactmesh_incarnation == self._incarnation
+        except AttributeError:
+            return False
+
+    def on_link_remote_open(self, event: Any) -> None:
+        link = event.link
+        if not self._current(event.connection) or link != self._link:
+            return
+        if link.state & Endpoint.REMOTE_CLOSED:
+            return  # refused: the close follows
+        answer = link.remote_properties or {}
+        log.debug("%s %s attached to %s; router's resume answer: %r", self.kind, self._name,
+                  event.connection.exactmesh_url, answer.get(RESUME_KEY))
+        self._backoff = BACKOFF_MIN
+        with self._lock:
+            self._attached = True
+            self._attached_url = event.connection.exactmesh_url
+            self._notify()
+        self._on_attached(link)
+
+    def on_link_remote_close(self, event: Any) -> None:
+        self._link_gone(event)
+
+    def on_link_remote_detach(self, event: Any) -> None:
+        self._link_gone(event)
+
+    def _link_gone(self, event: Any) -> None:
+        link = event.link
+        if not self._current(event.connection) or link != self._link:
+            return
+        cond = link.remote_condition
+        where = event.connection.exactmesh_url
+        if cond is not None and cond.name in FATAL_CONDITIONS:
+            self._fail(ClientError(f"router {where} refused {self.kind} link "
+                                   f"{link.name!r}: {cond.name}: {cond.description}; "
+                                   "not reconnecting"))
+            self._drop_connection()
+            return
+        reason = f"{cond.name}: {cond.description}" if cond else "link detached"
+        self._lost(event.connection, f"{where}: {reason}")
+
+    def on_connection_remote_close(self, event: Any) -> None:
+        if self._current(event.connection):
+            cond = event.connection.remote_condition
+            reason = f"{cond.name}: {cond.description}" if cond else "connection closed"
+            self._lost(event.connection, f"{event.connection.exactmesh_url}: {reason}")
+
+    def on_transport_error(self, event: Any) -> None:
+        cond = event.transport.condition
+        if cond is not None and self._current(event.connection):
+            self._last_error = f"{cond.name}: {cond.description}"
+
+    def on_transport_closed(self, event: Any) -> None:
+        if self._stopping and event.connection is not None \
+                and getattr(event.connection, "exactmesh_incarnation", None) == self._incarnation:
+            self._container.stop()
+            return
+        if self._current(event.connection):
+            self._lost(event.connection, self._last_error)
+
+    def _drop_connection(self) -> None:
+        conn = self._conn
+        self._conn = self._link = None
+        with self._lock:
+            self._attached = False
+        self._on_link_lost()
+        if conn is not None:
+            with contextlib.suppress(Exception):
+                conn.close()
+
+    def _lost(self, conn: Any, reason: str) -> None:
+        """The current connection or link is gone: reconnect to the next URL after a backoff."""
+        if not self._current(conn):
+            return
+        self._last_error = reason
+        was_attached = self._attached
+        self._drop_connection()
+        if self._stopping:
+            return
+        now = time.monotonic()
+        if was_attached:
+            self._down_since = now
+            log.info("%s %s lost its link (%s); reconnecting", self.kind, self._name, reason)
+        with self._lock:
+            self._reconnects += 1
+            self._notify()
+        self._retry_later()
+
+    def _retry_later(self) -> None:
+        delay = self._backoff
+        if self._connect_timeout is not None:
+            remaining = self._down_since + self._connect_timeout - time.monotonic()
+            if remaining <= 0:
+                self._fail(RouterUnreachable(
+                    f"no exactmesh router reachable at {', '.join(self._urls)} for "
+                    f"{self._connect_timeout:g} s (last error: {self._last_error}); start one "
+                    "or check the URLs"))
+                return
+            delay = min(delay, remaining)
+        self._backoff = min(self._backoff * 2, BACKOFF_MAX)
+        self._reconnect_timer = self._container.schedule(delay, _Timer(self._connect))
+
+
+# ====================================================================== publisher
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """A message's final outcome: state 'accepted' or 'rejected' (then condition and
+    description say why, e.g. exactmesh:delivery-failed naming the subscribers)."""
+
+    seq: int
+    state: str
+    condition: str | None = None
+    description: str | None = None
+    info: dict | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Failure:
+    seq: int
+    condition: str
+    description: str
+
+
+class Publisher(_ClientLoop):
+    """Publishes to one topic with exactly-once resends across reconnects and restarts.
+
+    - `send()` stores the message (group commit, before it is transmitted) and returns its
+      sequence number; it blocks only while `window` messages are without an outcome.
+    - At most `window` messages are unsettled on the wire; AMQP credit is honoured.
+    - accepted: the row is deleted (and counted); rejected: the row is kept as failed
+      (`failures()`); released/modified: resent later with the same tag.
+    - After a lost connection it reconnects to the next URL (50 ms backoff doubling to 1 s,
+      forever unless `connect_timeout`), declares what it holds in `exactmesh:resume` and
+      resends it in order. A new Publisher on an existing state_dir resends what it finds.
+    - `on_outcome(seq, outcome)` (optional) is called on the I/O thread after the outcome is
+      committed; keep it short.
+    """
+
+    kind = "publisher"
+
+    def __init__(
+        self,
+        urls: str | Sequence[str],
+        topic: str,
+        *,
+        id: str,
+        state_dir: str,
+        window: int = 100,
+        on_outcome: Callable[[int, Outcome], None] | None = None,
+        connect_timeout: float | None = None,
+        idle_timeout: float = 10.0,
+        mode: str | None = None,
+        synchronous: str = "NORMAL",
+    ) -> None:
+        try:
+            validate_topic(topic)
+        except TopicError as err:
+            raise ValueError(f"bad topic {topic!r}: {err}") from None
+        if window < 1:
+            raise ValueError("window must be at least 1")
+        parse_urls(urls)  # every argument is checked before the state directory is touched
+        self._store = PublisherStore(state_dir, _check_name(id), topic, synchronous)
+        super().__init__(urls, id, connect_timeout=connect_timeout, idle_timeout=idle_timeout)
+        self.topic = topic
+        self.link_name = f"pub/{self._name}"
+        self.window = window
+        self._mode = mode
+        self._on_outcome = on_outcome
+        # shared, under _lock
+        self._unwritten: list[tuple[int, bytes]] = []
+        self._next_seq = self._store.next_seq()
+        loaded = self._store.pending()
+        self._outstanding = len(loaded)
+        self._counts = {"sent": 0, "resent": 0, "accepted": 0, "failed": 0, "released": 0}
+        self._accepted_total = self._store.accepted_total()
+        # I/O thread only
+        self._held: dict[int, bytes] = dict(loaded)
+        self._queue: list[int] = [seq for seq, _ in loaded]  # a heap, in sequence order
+        self._transmitted: set[int] = {seq for seq, _ in loaded}  # sending again = resend
+        self._inflight: dict[int, Any] = {}
+        self._db_accepted: list[int] = []
+        self._db_failed: list[tuple[int, str, str]] = []
+        self._outcomes: list[Outcome] = []
+        self._retry: list[int] = []
+        self._retry_timer: Any = None
+        if loaded:
+            log.info("publisher %s: resending %d message(s) from %s", self._name, len(loaded),
+                     state_dir)
+        self._start()
+
+    # ------------------------------------------------------------------ application API
+
+    @property
+    def next_seq(self) -> int:
+        """The sequence number the next `send` will get."""
+        with self._lock:
+            return self._next_seq
+
+    @property
+    def pending(self) -> int:
+        """Messages sent (or loaded) without an outcome yet."""
+        with self._lock:
+            return self._outstanding
+
+    def send(self, body: bytes | str, properties: dict | None = None, ttl: float | None = None,
+             timeout: float | None = None) -> int:
+        """Queue one message; returns its sequence number. Blocks while `window` messages are
+        without an outcome (TimeoutError after `timeout` seconds if given)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._cond:
+            while True:
+                self._check()
+                if self._outstanding < self.window:
+                    break
+                remaining = None if deadline is None else deadline - time.monotonic()
+                if remaining is not None and remaining <= 0:
+                    raise TimeoutError(f"the window of {self.window} stayed full for "
+                                       f"{timeout} s")
+                self._cond.wait(remaining)
+            seq = self._enqueue(body, properties, ttl)
+        self._wake()
+        return seq
+
+    def try_send(self, body: bytes | str, properties: dict | None = None,
+                 ttl: float | None = None) -> int | None:
+        """`send` without blocking: None when the window is full."""
+        with self._lock:
+            self._check()
+            if self._outstanding >= self.window:
+                return None
+            seq = self._enqueue(body, properties, ttl)
+        self._wake()
+        return seq
+
+    def _enqueue(self, body: bytes | str, properties: dict | None, ttl: float | None) -> int:
+        if not isinstance(body, bytes | str):
+            raise TypeError(f"body must be bytes or str, not {type(body).__name__}")
+        seq = self._next_seq
+        msg = Message(body=body, address=self.topic, id=f"{self._name}:{seq}",
+                      properties=properties, durable=True)
+        if ttl is not None:
+            msg.ttl = ttl
+        payload = msg.encode()
+        self._next_seq = seq + 1
+        self._unwritten.append((seq, payload))
+        self._outstanding += 1
+        return seq
+
+    def flush(self, timeout: float | None = None) -> None:
+        """Wait until every message sent so far has a final outcome (accepted or failed)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._cond:
+            while self._outstanding:
+                self._check()
+                remaining = None if deadline is None else deadline - time.monotonic()
+                if remaining is not None and remaining <= 0:
+                    raise TimeoutError(f"{self._outstanding} message(s) of publisher "
+                                       f"{self._name!r} still without an outcome after "
+                                       f"{timeout} s")
+                self._cond.wait(remaining)
+            self._check()
+
+    def failures(self) -> list[Failure]:
+        """Every message that failed (kept in the state directory until clear_failures)."""
+        return [Failure(f.seq, f.condition, f.description) for f in self._store.failures()]
+
+    def clear_failures(self) -> int:
+        return self._store.clear_failures()
+
+    def stats(self) -> dict[str, Any]:
+        """Counts for this run (sent, resent, accepted, failed, released), plus pending,
+        accepted_total (all runs), next_seq, reconnects and the attached URL."""
+        with self._lock:
+            return {**self._counts, "pending": self._outstanding,
+                    "accepted_total": self._accepted_total, "next_seq": self._next_seq,
+                    "reconnects": self._reconnects, "url": self._attached_url}
+
+    def close(self, flush_timeout: float | None = None) -> None:
+        """Detach and stop. Nothing is flushed unless `flush_timeout` is given (then it
+        flushes first, raising TimeoutError after closing if messages are still pending);
+        messages without an outcome stay in the state directory for the next run."""
+        try:
+            if flush_timeout is not None:
+                self.flush(flush_timeout)
+        finally:
+            super().close()
+
+    def _close_store(self) -> None:
+        self._store.close()
+
+    def _detach_on_close(self) -> bool:
+        return bool(self._held)
+
+    # ------------------------------------------------------------------ I/O thread
+
+    def _open_link(self, conn: Any) -> Any:
+        props: dict = {RESUME_KEY: {"unsettled": [str(s).encode() for s in sorted(self._held)]}}
+        if self._mode is not None:
+            props[DELIVERY_MODE_KEY] = self._mode
+        return self._container.create_sender(conn, self.topic, name=self.link_name,
+                                             options=_Options(props))
+
+    def _on_attached(self, link: Any) -> None:
+        self._transmit()
+
+    def _on_link_lost(self) -> None:
+        for seq in self._inflight:
+            heapq.heappush(self._queue, seq)
+        self._inflight.clear()
+
+    def _on_wake(self) -> None:
+        pass  # the work is done at quiesce, once per batch of events
+
+    def _on_closing(self) -> None:
+        self._commit()
+
+    def _on_quiesced(self) -> None:
+        self._commit()
+        self._transmit()
+
+    def _commit(self) -> None:
+        with self._lock:
+            batch, self._unwritten = self._unwritten, []
+            next_seq = self._next_seq
+        if not (batch or self._db_accepted or self._db_failed):
+            return
+        self._store.commit(batch, self._db_accepted, self._db_failed, next_seq)
+        self._db_accepted, self._db_failed = [], []
+        for seq, payload in batch:
+            self._held[seq] = payload
+            heapq.heappush(self._queue, seq)
+        outcomes, self._outcomes = self._outcomes, []
+        if outcomes:
+            with self._lock:
+                self._outstanding -= len(outcomes)
+                for o in outcomes:
+                    self._counts["accepted" if o.state == "accepted" else "failed"] += 1
+                    if o.state == "accepted":
+                        self._accepted_total += 1
+                self._notify()
+            if self._on_outcome is not None:
+                for o in outcomes:
+                    try:
+                        self._on_outcome(o.seq, o)
+                    except Exception:
+                        log.exception("publisher %s: on_outcome raised", self._name)
+
+    def _transmit(self) -> None:
+        link = self._link
+        if link is None or not self._attached:
+            return
+        inflight, queue, held = self._inflight, self._queue, self._held
+        sent = resent = 0
+        while queue and link.credit > 0 and len(inflight) < self.window:
+            seq = heapq.heappop(queue)
+            payload = held.get(seq)
+            if payload is None or seq in inflight:
+                continue
+            link.delivery(str(seq))
+            link.stream(payload)
+            link.advance()
+            inflight[seq] = True
+            if seq in self._transmitted:
+                resent += 1
+            else:
+                sent += 1
+                self._transmitted.add(seq)
+        if sent or resent:
+            with self._lock:
+                self._counts["sent"] += sent
+                self._counts["resent"] += resent
+
+    def on_link_flow(self, event: Any) -> None:
+        if event.link == self._link and self._current(event.connection):
+            self._transmit()
+
+    def on_delivery(self, event: Any) -> None:
+        d = event.delivery
+        if not self._current(event.connection) or d.link != self._link or not d.updated:
+            return
+        state = d.remote_state
+        try:
+            seq = int(d.tag)
+        except ValueError:
+            d.settle()
+            return
+        if state == Delivery.ACCEPTED:
+            outcome = Outcome(seq, "accepted")
+            self._db_accepted.append(seq)
+        elif state == Delivery.REJECTED:
+            cond = d.remote.condition
+            name = cond.name if cond else "amqp:rejected"
+            desc = (cond.description if cond else None) or ""
+            info = dict(cond.info) if cond is not None and cond.info else None
+            outcome = Outcome(seq, "rejected", name, desc, info)
+            self._db_failed.append((seq, name, desc))
+        elif state in (Delivery.RELEASED, Delivery.MODIFIED) or d.settled:
+            # Not taken this time (or settled without an outcome): resend it, same tag.
+            d.settle()
+            self._inflight.pop(seq, None)
+            with self._lock:
+                self._counts["released"] += 1
+            self._retry.append(seq)
+            if self._retry_timer is None:
+                self._retry_timer = self._container.schedule(BACKOFF_MIN,
+                                                             _Timer(self._requeue))
+            return
+        else:
+            return  # no outcome yet
+        d.settle()
+        self._inflight.pop(seq, None)
+        self._held.pop(seq, None)
+        self._outcomes.append(outcome)
+
+    def _requeue(self) -> None:
+        self._retry_timer = None
+        for seq in self._retry:
+            if seq in self._held:
+                heapq.heappush(self._queue, seq)
+        self._retry.clear()
+        self._transmit()
+
+
+# ====================================================================== subscriber
+
+
+@dataclass(eq=False)
+class ReceivedMessage:
+    """One message as the application sees it. `tag` is the router's delivery tag (32 hex
+    characters: the same for the same publisher message on any router)."""
+
+    body: Any
+    topic: str | None
+    message_id: Any
+    tag: str
+    redelivered: bool
+    properties: dict | None
+    delivery_count: int = 0
+    annotations: dict | None = None
+    _delivery: Any = field(default=None, repr=False)
+    _incarnation: int = field(default=0, repr=False)
+
+
+def _redelivered(msg: Message) -> bool:
+    if msg.delivery_count:
+        return True
+    annotations = msg.annotations or {}
+    return any("redeliver" in str(key) and value for key, value in annotations.items())
+
+
+class Subscriber(_ClientLoop):
+    """Receives from a topic filter; shows the application each delivery tag once.
+
+    - `durable=True`: a durable source terminus (unsettled-state, never expires, `timeout`
+      seconds): the router keeps the subscription while the client is away that long.
+    - `prefetch`: the credit window (messages received and not yet answered).
+    - `accept(msg)` commits the tag to the state directory, then accepts and settles. A
+      delivery whose tag was already answered is answered the same way silently
+      (`stats()["duplicates_suppressed"]`). Answers are kept `keep_processed` seconds (24 h);
+      a duplicate older than that is not caught.
+    - On a lost connection, messages received but not answered are dropped locally (a durable
+      subscription gets them again); it reconnects to the next URL and declares, in
+      `exactmesh:resume`, those as "received" and recently accepted ones as "accepted", with a
+      new attach generation.
+    """
+
+    kind = "subscriber"
+
+    def __init__(
+        self,
+        urls: str | Sequence[str],
+        topic_filter: str,
+        *,
+        id: str,
+        state_dir: str,
+        durable: bool = False,
+        timeout: float | None = None,
+        prefetch: int = 100,
+        keep_processed: float = 24 * 3600.0,
+        connect_timeout: float | None = None,
+        idle_timeout: float = 10.0,
+        synchronous: str = "NORMAL",
+    ) -> None:
+        try:
+            validate_filter(topic_filter)
+        except TopicError as err:
+            raise ValueError(f"bad topic filter {topic_filter!r}: {err}") from None
+        if prefetch < 1:
+            raise ValueError("prefetch must be at least 1")
+        parse_urls(urls)
+        self._store = SubscriberStore(state_dir, _check_name(id), topic_filter, synchronous)
+        super().__init__(urls, id, connect_timeout=connect_timeout, idle_timeout=idle_timeout)
+        self.topic_filter = topic_filter
+        self.link_name = f"sub/{self._name}"
+        self.durable = durable
+        self.timeout = timeout
+        self.prefetch = prefetch
+        self.keep_processed = keep_processed
+        self._store.prune(keep_processed)
+        # shared, under _lock
+        self._inbox: deque[ReceivedMessage] = deque()
+        self._unanswered: dict[str, ReceivedMessage] = {}  # received, not answered
+        self._actions: deque[tuple[str, ReceivedMessage, str | None, str | None]] = deque()
+        self._recent_accepted: deque[tuple[str, float]] = deque(
+            self._store.recent_accepted(RESUME_ACCEPTED_AGE, RESUME_ACCEPTED_MAX),
+            maxlen=RESUME_ACCEPTED_MAX)
+        self._declare_received: dict[str, float] = {}
+        self._counts = {"received": 0, "duplicates_suppressed": 0, "accepted": 0,
+                        "rejected": 0, "released": 0}
+        self._accepted_total = self._store.accepted_total()
+        self._gen = 0
+        # I/O thread only
+        self._live = 0  # deliveries on the current link not yet answered (they use credit)
+        self._start()
+
+    # ------------------------------------------------------------------ application API
+
+    def receive(self, timeout: float | None = None) -> ReceivedMessage | None:
+        """The next message, or None after `timeout` seconds without one."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._cond:
+            while True:
+                self._check()
+                if self._inbox:
+                    return self._inbox.popleft()
+                remaining = None if deadline is None else deadline - time.monotonic()
+                if remaining is not None and remaining <= 0:
+                    return None
+                self._cond.wait(remaining)
+
+    def try_receive(self) -> ReceivedMessage | None:
+        with self._lock:
+            self._check()
+            return self._inbox.popleft() if self._inbox else None
+
+    def __iter__(self) -> Iterator[ReceivedMessage]:
+        while True:
+            try:
+                msg = self.receive()
+            except ClientClosed:
+                return
+            if msg is not None:
+                yield msg
+
+    def accept(self, msg: ReceivedMessage) -> None:
+        """Record `msg` as processed (committed), then accept and settle it."""
+        self._answer(msg, "accepted", None, None)
+
+    def reject(self, msg: ReceivedMessage, description: str | None = None,
+               condition: str = "exactmesh:rejected") -> None:
+        """Refuse `msg` (recorded: a duplicate of it is rejected again, silently). The
+        publisher is told, with `description`."""
+        self._answer(msg, "rejected", condition, description)
+
+    def release(self, msg: ReceivedMessage) -> None:
+        """Give `msg` back: the router delivers it again (delivery_count raised)."""
+        self._answer(msg, "released", None, None)
+
+    def _answer(self, msg: ReceivedMessage, outcome: str, condition: str | None,
+                description: str | None) -> None:
+        with self._lock:
+            self._check()
+        new = outcome != "released" and self._store.record(msg.tag, outcome)
+        with self._lock:
+            self._unanswered.pop(msg.tag, None)
+            self._declare_received.pop(msg.tag, None)
+            self._counts[outcome] += 1
+            if new and outcome == "accepted":
+                self._accepted_total += 1
+            if outcome == "accepted":
+                self._recent_accepted.append((msg.tag, time.time()))
+            self._actions.append((outcome, msg, condition, description))
+        self._wake()
+        if outcome == "accepted" and self._counts["accepted"] % 10000 == 0:
+            self._store.prune(self.keep_processed)
+
+    def stats(self) -> dict[str, Any]:
+        """Counts for this run (received, duplicates_suppressed, accepted, rejected,
+        released), plus accepted_total (all runs), queued, gen, reconnects and the URL."""
+        with self._lock:
+            return {**self._counts, "accepted_total": self._accepted_total,
+                    "queued": len(self._inbox), "gen": self._gen,
+                    "reconnects": self._reconnects, "url": self._attached_url}
+
+    @property
+    def accepted_total(self) -> int:
+        """Messages this subscriber id accepted in all runs (persisted)."""
+        with self._lock:
+            return self._accepted_total
+
+    def _close_store(self) -> None:
+        self._store.close()
+
+    def _detach_on_close(self) -> bool:
+        return self.durable  # a durable subscription stays (warm) at the router
+
+    # ------------------------------------------------------------------ I/O thread
+
+    def _open_link(self, conn: Any) -> Any:
+        gen = self._store.next_gen()
+        now = time.time()
+        with self._lock:
+            self._gen = gen
+            unsettled = {tag: "accepted" for tag, at in self._recent_accepted
+                         if now - at <= RESUME_ACCEPTED_AGE}
+            for tag, at in list(self._declare_received.items()):
+                if now - at > RESUME_ACCEPTED_AGE:
+                    del self._declare_received[tag]
+                else:
+                    unsettled.setdefault(tag, "received")
+        props = {RESUME_KEY: {"unsettled": unsettled, "gen": gen}}
+        return self._container.create_receiver(
+            conn, self.topic_filter, name=self.link_name,
+            options=_Options(props, durable=self.durable, timeout=self.timeout))
+
+    def _on_attached(self, link: Any) -> None:
+        self._live = 0
+        self._top_up(link)
+
+    def _on_link_lost(self) -> None:
+        now = time.time()
+        with self._lock:
+            for msg in self._inbox:  # not shown yet: they come again if the router keeps them
+                self._unanswered.pop(msg.tag, None)
+                self._declare_received[msg.tag] = now
+            self._inbox.clear()
+            for msg in self._unanswered.values():  # held by the application
+                msg._delivery = None
+                self._declare_received[msg.tag] = now
+        self._live = 0
+
+    def _top_up(self, link: Any) -> None:
+        want = self.prefetch - link.credit - self._live
+        if want > 0 and (want >= max(1, self.prefetch // 4) or link.credit == 0):
+            link.flow(want)
+
+    def _on_quiesced(self) -> None:
+        link = self._link
+        if link is not None and self._attached:
+            self._top_up(link)
+
+    def _on_wake(self) -> None:
+        while True:
+            with self._lock:
+                if not self._actions:
+                    break
+                outcome, msg, condition, description = self._actions.popleft()
+            d = msg._delivery
+            if d is None or msg._incarnation != self._incarnation or self._conn is None:
+                continue  # its link is gone: the router sends it again (or it is suppressed)
+            msg._delivery = None
+            if outcome == "accepted":
+                d.update(Delivery.ACCEPTED)
+            elif outcome == "rejected":
+                d.local.condition = Condition(condition or "exactmesh:rejected", description)
+                d.update(Delivery.REJECTED)
+            else:
+                d.update(Delivery.RELEASED)
+            d.settle()
+            self._live -= 1
+
+    def on_delivery(self, event: Any) -> None:
+        d = event.delivery
+        link = d.link
+        if not self._current(event.connection) or link != self._link:
+            return
+        if not d.readable or d.partial:
+            return  # a disposition update, or more frames to come
+        if d.aborted:
+            d.settle()
+            return
+        data = link.recv(d.pending)
+        link.advance()
+        tag = d.tag
+        answered = self._store.outcome_of(tag)
+        if answered is not None:
+            if answered == "rejected":
+                d.local.condition = Condition("exactmesh:rejected", "rejected before")
+                d.update(Delivery.REJECTED)
+            else:
+                d.update(Delivery.ACCEPTED)
+            d.settle()
+            with self._lock:
+                self._counts["duplicates_suppressed"] += 1
+            return
+        self._live += 1
+        with self._lock:
+            old = self._unanswered.get(tag)
+            if old is not None:
+                # Sent again while the application still holds the first copy: that copy now
+                # answers this delivery; the application does not see it twice.
+                if old._delivery is not None and old._delivery.settled:
+                    old._delivery.settle()
+                    self._live -= 1
+                old._delivery, old._incarnation = d, self._incarnation
+                self._counts["duplicates_suppressed"] += 1
+                return
+        msg = Message()
+        msg.decode(data)
+        body = msg.body
+        if isinstance(body, memoryview | bytearray):
+            body = bytes(body)  # proton decodes binary as a memoryview
+        rm = ReceivedMessage(
+            body=body, topic=msg.address, message_id=msg.id, tag=tag,
+            redelivered=_redelivered(msg), properties=msg.properties,
+            delivery_count=msg.delivery_count or 0, annotations=msg.annotations,
+            _delivery=d, _incarnation=self._incarnation)
+        with self._lock:
+            self._unanswered[tag] = rm
+            self._inbox.append(rm)
+            self._counts["received"] += 1
+            self._notify()

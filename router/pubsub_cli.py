@@ -1,0 +1,273 @@
+"""`exactmesh pub` and `exactmesh sub`: the exactly-once client SDK (amqp_edge.client) as
+commands.
+
+    exactmesh pub --url amqp://h1:5672,amqp://h2:5672 --topic T --id NAME --state-dir DIR \\
+                  [--count N | lines from stdin] [--window W] [--ttl S] [--timeout S]
+    exactmesh sub --url ... --topic FILTER --id NAME --state-dir DIR [--durable --timeout S] \\
+                  [--count N] [--idle-exit S]
+
+`pub --count N` publishes the bodies "NAME-1" .. "NAME-N" in all, across runs: a rerun with
+the same id and state directory resends what had no outcome and continues from the persisted
+sequence number. Without --count each line of stdin is one message. It prints a one-line JSON
+summary to stdout ({"sent", "accepted", "failed", "resent"}: sent, accepted and resent count
+this run; failed counts every failure kept in the state directory, each also printed to
+stderr as "seq condition description") and exits 0 when every message was accepted, 1 when
+some failed.
+
+`sub` prints one JSON object per message per line (topic, message_id, tag, redelivered, body;
+a body that is not UTF-8 is base64 with "body_base64": true), flushing each line before it
+accepts the message. `--count N` exits after N messages in all, across runs; `--idle-exit S`
+after S seconds without one. Reruns with the same id and state directory resume, showing no
+message twice. It says on stderr when it is subscribed.
+
+Exit status 2: a bad argument (URL, topic, state directory, ...), one line saying what to do.
+Exit status 3: no router reachable within --timeout (pub) / --connect-timeout (sub).
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import contextlib
+import json
+import logging
+import signal
+import sys
+from collections.abc import Iterator
+from typing import Any
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+EXIT_UNREACHABLE = 3
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} must be at least 1")
+    return value
+
+
+def _non_negative_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r} must not be negative")
+    return value
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"{text!r} must be more than 0 seconds")
+    return value
+
+
+def _common(p: argparse.ArgumentParser, what: str) -> None:
+    p.add_argument("--url", required=True, metavar="URL[,URL...]",
+                   help="routers to use, in failover order: amqp://HOST:PORT, comma-separated")
+    p.add_argument("--id", required=True, metavar="NAME",
+                   help=f"this {what}'s stable name (AMQP container-id); reuse it to resume")
+    p.add_argument("--state-dir", required=True, metavar="DIR",
+                   help="where its durable state lives (created if missing); reuse it to resume")
+    p.add_argument("--log-level", choices=["debug", "info", "warning", "error"],
+                   default="warning", help="client log level on stderr (default warning)")
+
+
+def add_parsers(sub: argparse._SubParsersAction) -> None:
+    """Register `pub` and `sub` on the `exactmesh` command's subparsers."""
+    p = sub.add_parser(
+        "pub", help="publish messages exactly once (resumable)",
+        description="Publish to one topic with the exactly-once SDK. With --count N it "
+        "publishes the bodies NAME-1..NAME-N in all, across runs; otherwise one message per "
+        "line of stdin. Exit 0: all accepted; 1: some failed; 2: bad arguments; 3: no router "
+        "reachable.")
+    _common(p, "publisher")
+    p.add_argument("--topic", required=True, help="the topic to publish to (no wildcards)")
+    p.add_argument("--count", type=_non_negative_int, metavar="N",
+                   help="publish NAME-<seq> bodies up to sequence number N (in all runs)")
+    p.add_argument("--window", type=_positive_int, default=100, metavar="W",
+                   help="messages without an outcome at a time (default 100)")
+    p.add_argument("--ttl", type=_seconds, metavar="S", help="message time to live, seconds")
+    p.add_argument("--timeout", type=_seconds, default=60.0, metavar="S",
+                   help="give up (exit 3) when no router was reachable this long (default 60)")
+
+    s = sub.add_parser(
+        "sub", help="receive messages exactly once (resumable), one JSON line each",
+        description="Subscribe to a topic filter with the exactly-once SDK and print one JSON "
+        "object per message (topic, message_id, tag, redelivered, body), accepting each after "
+        "printing it. Exit 0 when done (--count, --idle-exit); 2: bad arguments; 3: no router "
+        "reachable.")
+    _common(s, "subscriber")
+    s.add_argument("--topic", required=True, metavar="FILTER",
+                   help="topic filter, with + (one level) and # (the rest) wildcards")
+    s.add_argument("--durable", action="store_true",
+                   help="the router keeps the subscription while this client is away")
+    s.add_argument("--timeout", type=_seconds, metavar="S",
+                   help="with --durable: how long the router keeps it (default: router's "
+                   "reconnect-timeout)")
+    s.add_argument("--count", type=_non_negative_int, metavar="N",
+                   help="exit after N messages in all (across runs)")
+    s.add_argument("--idle-exit", type=_seconds, metavar="S",
+                   help="exit after S seconds without a message")
+    s.add_argument("--prefetch", type=_positive_int, default=100, metavar="N",
+                   help="credit window (default 100)")
+    s.add_argument("--connect-timeout", type=_seconds, default=60.0, metavar="S",
+                   help="give up (exit 3) when no router was reachable this long (default 60)")
+
+
+def _error(text: str) -> None:
+    print(f"exactmesh: error: {text}", file=sys.stderr, flush=True)
+
+
+@contextlib.contextmanager
+def _terminate_cleanly() -> Iterator[None]:
+    """SIGTERM ends the command like Ctrl-C: the client closes (state is durable anyway)."""
+    def on_term(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    try:
+        previous = signal.signal(signal.SIGTERM, on_term)
+    except ValueError:  # not the main thread (tests calling main() from a thread)
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def run(args: argparse.Namespace) -> int:
+    logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    with _terminate_cleanly():
+        try:
+            return run_pub(args) if args.command == "pub" else run_sub(args)
+        except KeyboardInterrupt:
+            return 130
+
+
+def _open(kind: str, args: argparse.Namespace) -> Any:
+    """The client, or an error line and None."""
+    from amqp_edge.client import Publisher, Subscriber, parse_urls
+    from amqp_edge.client_store import StoreError
+
+    try:
+        urls = parse_urls(args.url)
+        if kind == "pub":
+            return Publisher(urls, args.topic, id=args.id, state_dir=args.state_dir,
+                             window=args.window, connect_timeout=args.timeout)
+        if args.timeout is not None and not args.durable:
+            raise ValueError("--timeout applies to a durable subscription: add --durable")
+        return Subscriber(urls, args.topic, id=args.id, state_dir=args.state_dir,
+                          durable=args.durable, timeout=args.timeout, prefetch=args.prefetch,
+                          connect_timeout=args.connect_timeout)
+    except (ValueError, StoreError) as err:
+        _error(str(err))
+        return None
+
+
+def _lines() -> Iterator[bytes | str]:
+    for raw in sys.stdin.buffer:
+        line = raw.rstrip(b"\n").rstrip(b"\r")
+        try:
+            yield line.decode()
+        except UnicodeDecodeError:
+            yield line
+
+
+def run_pub(args: argparse.Namespace) -> int:
+    from amqp_edge.client import ClientError, RouterUnreachable
+
+    pub = _open("pub", args)
+    if pub is None:
+        return EXIT_USAGE
+    try:
+        if args.count is not None:
+            while pub.next_seq <= args.count:
+                expected = pub.next_seq
+                seq = pub.send(f"{args.id}-{expected}", ttl=args.ttl)
+                assert seq == expected, (seq, expected)
+        else:
+            for line in _lines():
+                pub.send(line, ttl=args.ttl)
+        pub.flush()
+    except RouterUnreachable as err:
+        _error(str(err))
+        return EXIT_UNREACHABLE
+    except ClientError as err:
+        _error(str(err))
+        return EXIT_USAGE
+    finally:
+        stats = pub.stats()
+        failures = pub.failures()
+        pub.close()
+    for f in failures:
+        print(f"{f.seq} {f.condition} {f.description}", file=sys.stderr)
+    print(json.dumps({"sent": stats["sent"], "accepted": stats["accepted"],
+                      "failed": len(failures), "resent": stats["resent"]}), flush=True)
+    return EXIT_FAILED if failures else EXIT_OK
+
+
+def message_json(msg: Any) -> str:
+    """One message as the JSON line `exactmesh sub` prints."""
+    out: dict[str, Any] = {
+        "topic": msg.topic,
+        "message_id": msg.message_id if isinstance(msg.message_id, str | int | None)
+        else str(msg.message_id),
+        "tag": msg.tag,
+        "redelivered": msg.redelivered,
+    }
+    body = msg.body
+    if isinstance(body, bytes):
+        try:
+            out["body"] = body.decode()
+        except UnicodeDecodeError:
+            out["body"] = base64.b64encode(body).decode()
+            out["body_base64"] = True
+    else:
+        out["body"] = body
+    return json.dumps(out, default=str)
+
+
+def run_sub(args: argparse.Namespace) -> int:
+    from amqp_edge.client import ClientError, RouterUnreachable
+
+    sub = _open("sub", args)
+    if sub is None:
+        return EXIT_USAGE
+    try:
+        if args.count is not None and sub.accepted_total >= args.count:
+            return EXIT_OK
+        where = sub.wait_attached(args.connect_timeout)
+        print(f"exactmesh sub: subscribed to {args.topic!r} as {args.id!r} at {where}",
+              file=sys.stderr, flush=True)
+        while args.count is None or sub.accepted_total < args.count:
+            msg = sub.receive(timeout=args.idle_exit)
+            if msg is None:
+                break  # --idle-exit
+            try:
+                sys.stdout.write(message_json(msg) + "\n")
+                sys.stdout.flush()
+            except BrokenPipeError:
+                sub.release(msg)
+                return EXIT_OK
+            sub.accept(msg)
+        return EXIT_OK
+    except (RouterUnreachable, TimeoutError) as err:
+        _error(str(err))
+        return EXIT_UNREACHABLE
+    except ClientError as err:
+        _error(str(err))
+        return EXIT_USAGE
+    finally:
+        sub.close()
