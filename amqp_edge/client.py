@@ -842,6 +842,12 @@ class ReceivedMessage:
     _delivery: Any = field(default=None, repr=False)
     _incarnation: int = field(default=0, repr=False)
 
+    @property
+    def publisher(self) -> str | None:
+        """Who published it: `container-id/link-name`, as its first router annotated it."""
+        value = (self.annotations or {}).get("x-opt-exactmesh-publisher")
+        return str(value) if value is not None else None
+
 
 def _redelivered(msg: Message) -> bool:
     if msg.delivery_count:

@@ -31,7 +31,7 @@ from router.topics import TopicError, validate_filter, validate_topic
 
 from . import pn
 from .resume import ResumeError, answer, publisher_resends, subscriber_resume
-from .sections import MalformedMessage, scan, with_redelivery
+from .sections import MalformedMessage, annotate, publisher_annotation, scan, with_redelivery
 
 if TYPE_CHECKING:
     from router.node import Node
@@ -58,7 +58,9 @@ _REMOTE_DISPOSITION = {
 class LinkState:
     """What the edge keeps per attached client link."""
 
-    __slots__ = ("deliveries", "id", "is_publisher", "label", "link", "ptr", "settle_first")
+    __slots__ = (
+        "annotation", "deliveries", "id", "is_publisher", "label", "link", "ptr", "settle_first",
+    )
 
     def __init__(self, link: Link, link_id: int, is_publisher: bool, label: str) -> None:
         self.link = link
@@ -73,6 +75,9 @@ class LinkState:
         # Unsettled deliveries by tag: a publisher's awaiting its settlement, or the copies
         # sent to a subscriber awaiting the router's settlement.
         self.deliveries: dict[bytes, Any] = {}
+        # A publisher's messages carry its identity in their message-annotations, added here,
+        # at the first router (the seed design): every router and subscriber can name it.
+        self.annotation = b""
 
 
 class AmqpConnection:
@@ -199,6 +204,7 @@ class AmqpConnection:
         link.max_message_size = self.max_message_size
         ls = self._register(link, True, ident)
         ls.settle_first = link.remote_rcv_settle_mode != Link.RCV_SECOND
+        ls.annotation = publisher_annotation(ident.key)
         view = self.engine.attach_publisher(ls.id, ident, address, mode, resends)
         if resends:
             link.properties = answer(view)
@@ -331,6 +337,7 @@ class AmqpConnection:
             self.engine.refuse_message(ls.id, tag, DECODE_ERROR,
                                        f"message is not well-formed AMQP: {err}", settled=settled)
             return
+        payload = annotate(payload, info, ls.annotation)
         self.engine.message(ls.id, tag, payload, settled=settled, mode=info.delivery_mode,
                             ttl_ms=info.ttl_ms, now=self.node.now())
 

@@ -45,9 +45,12 @@ Choices the spec leaves open, made here:
 """
 
 import struct
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-__all__ = ["EMPTY", "MalformedMessage", "MessageInfo", "scan", "with_redelivery"]
+__all__ = [
+    "EMPTY", "PUBLISHER_KEY", "MalformedMessage", "MessageInfo", "annotate",
+    "publisher_annotation", "scan", "with_redelivery",
+]
 
 
 class MalformedMessage(ValueError):
@@ -63,6 +66,11 @@ class MessageInfo:
     delivery_mode: str | None  # message-annotations key `x-opt-delivery-mode`, value as str
     durable: bool  # header.durable, False when absent
     delivery_count: int  # header.delivery-count, 0 when absent
+    # Where message-annotations are: the offset of the map (after its descriptor) and of its
+    # end, or (-1, where a message-annotations section would go) when there are none.
+    # (Not part of equality: two scans of the same fields compare equal wherever they are.)
+    annotations_at: int = field(default=-1, compare=False)
+    annotations_end: int = field(default=0, compare=False)
 
 
 EMPTY = MessageInfo(None, None, False, 0)
@@ -494,6 +502,7 @@ def scan(payload: bytes | memoryview) -> MessageInfo:
     mode = None
     last = 0
     pos = 0
+    at = -1
     while pos < end:
         # Inline the usual descriptor form, 0x00 0x53 code; _descriptor does the rest and raises.
         if (
@@ -521,10 +530,39 @@ def scan(payload: bytes | memoryview) -> MessageInfo:
             _compound(buf, value, end, "delivery-annotations", 1)
             pos = _skip(buf, value, end, 0)
         else:
+            at = value
             mode, pos = _delivery_mode(buf, value, end)
-    if ttl is None and mode is None and not durable and not delivery_count:
-        return EMPTY  # proton writes an empty header even when no field is set
-    return MessageInfo(ttl, mode, durable, delivery_count)
+    return MessageInfo(ttl, mode, durable, delivery_count, at, pos)
+
+
+PUBLISHER_KEY = b"x-opt-exactmesh-publisher"
+
+
+def publisher_annotation(identity: str) -> bytes:
+    """The encoded message-annotations entry naming a message's publisher (its container-id
+    and link name), to add with :func:`annotate`."""
+    value = identity.encode()
+    key = b"\xa3" + bytes((len(PUBLISHER_KEY),)) + PUBLISHER_KEY
+    if len(value) < 256:
+        return key + b"\xa1" + bytes((len(value),)) + value
+    return key + b"\xb1" + len(value).to_bytes(4, "big") + value
+
+
+def annotate(payload: bytes, info: MessageInfo, entry: bytes) -> bytes:
+    """`payload` with `entry` (one encoded key and value) added to its message-annotations
+    (3.2.3), or a message-annotations section holding it put where one belongs; `info` is what
+    :func:`scan` said of the payload. Every other byte is kept as is."""
+    if info.annotations_at < 0:
+        where = info.annotations_end
+        body = b"\xc1" + bytes((len(entry) + 1, 2)) + entry if len(entry) < 255 else \
+            b"\xd1" + (len(entry) + 4).to_bytes(4, "big") + b"\x00\x00\x00\x02" + entry
+        return b"".join((payload[:where], b"\x00\x53\x72", body, payload[where:]))
+    count, first, stop = _compound(payload, info.annotations_at, len(payload),
+                                   "message-annotations", 1)
+    items = payload[first:stop]
+    size = 4 + len(items) + len(entry)
+    head = b"\xd1" + size.to_bytes(4, "big") + (count + 2).to_bytes(4, "big")
+    return b"".join((payload[:info.annotations_at], head, items, entry, payload[stop:]))
 
 
 _HEADER_PREFIX = b"\x00\x53\x70\xc0"  # described, smallulong 0x70 (header, 3.2.1), list8

@@ -226,7 +226,7 @@ class MeshNode:
             _, msg_id, accepted, status, keys = item
             engine.peer_verdict(src, msg_id, accepted, status, keys)
         elif kind == FORGET:
-            engine.remote_forget(src, item[1])
+            engine.remote_forget(src, item[1], item[2] if len(item) > 2 else None)
 
     # ------------------------------------------------------------------ engine actions
 
@@ -252,7 +252,7 @@ class MeshNode:
                     self._owed_forgets.setdefault(r, set()).add(action.msg_id)
                 else:
                     routers.append(r)
-            self._transmit(routers, [FORGET, action.msg_id], now)
+            self._transmit(routers, [FORGET, action.msg_id, action.accepted], now)
         elif isinstance(action, Subscribed):
             if action.topic_filter is None:
                 frame = self.gossip.local_detach(action.key)

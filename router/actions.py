@@ -134,10 +134,13 @@ class Verdict:
 
 @dataclass(slots=True)
 class Forget:
-    """The origin is done with a message: the destinations relay settlement and drop it."""
+    """The origin is done with a message: the destinations relay settlement and drop it.
+    `accepted` is the mesh-wide outcome (None if there was none: the publisher withdrew it),
+    which a destination keeps as the message's tombstone for resends."""
 
     routers: list[str]
     msg_id: str
+    accepted: bool | None = None
 
 
 @dataclass(slots=True)

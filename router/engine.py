@@ -394,11 +394,16 @@ class Engine(FailoverMixin):
         self._decide(rec)
         self._maybe_forget(rec)
 
-    def remote_forget(self, origin: str, msg_id: str) -> None:
+    def remote_forget(self, origin: str, msg_id: str, accepted: bool | None = None) -> None:
         """The origin is done with its message: relay settlement here, and drop the record
-        once the copies still owed are answered (like a local publisher's settlement)."""
+        once the copies still owed are answered (like a local publisher's settlement).
+        `accepted` is the mesh-wide outcome, if there was one."""
         rec = self._mesh_records.get((origin, msg_id))
         if rec is not None:
+            if accepted is not None:
+                rec.final = ACCEPTED if accepted else Rejected(
+                    DELIVERY_FAILED, f"message {msg_id} failed at another router (this answer "
+                    "comes from a record of its outcome, kept for resends)", {})
             self._publisher_done(rec)
 
     def _settle_part(
@@ -795,7 +800,8 @@ class Engine(FailoverMixin):
         if rec.origin is not None or rec.peers:
             self._mesh_records.pop((rec.origin or self.config.router_id, rec.id), None)
         if rec.told:
-            self._actions.append(Forget(sorted(rec.told), rec.id))
+            accepted = None if rec.outcome is None else rec.outcome is ACCEPTED
+            self._actions.append(Forget(sorted(rec.told), rec.id, accepted))
         for copy in rec.copies.values():
             if not copy.sub_settled and copy.state == ACCEPTED_STATE:
                 # Relay the publisher's settlement to a subscriber still waiting for it.

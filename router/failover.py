@@ -301,6 +301,8 @@ class FailoverMixin:
             if rec.peers or self._remote_owed(rec):
                 rec.outcome = None  # it answers to this publisher across the mesh now
                 decided = None
+            if self._owe_new_locals(rec):
+                decided = rec.outcome = None
             self._owe_new_remotes(rec)
             if decided is not None and rec.outcome is not None:
                 self._actions.append(Decide(pub.link, tag, decided))
@@ -314,6 +316,18 @@ class FailoverMixin:
             self._hold_for_settlement(pub, done, self._tombstones[msg_id])
             return True
         return False
+
+    def _owe_new_locals(self: Engine, rec: Record) -> int:
+        """Owe an adopted record to the local subscribers that match it now and have no copy
+        of it: one may have moved here from a router that died with its copy."""
+        have = {c.sub.key for c in rec.copies.values()}
+        subs = [self._by_sid[sid] for sid in self._index.match(rec.address)]
+        added = [sub for sub in subs if sub.key not in have]
+        for sub in added:
+            self._add_copy(rec, sub)
+            sub.queue.append(rec)
+            self._pump(sub)
+        return len(added)
 
     def _remote_owed(self: Engine, rec: Record) -> bool:
         return bool(len(self._remote) and self._remote.match(rec.address))
@@ -387,11 +401,14 @@ class FailoverMixin:
         return added
 
     def _remember(self: Engine, rec: Record) -> None:
-        """A record with an outcome is forgotten: keep the outcome, bounded, for resends."""
-        if rec.outcome is None or rec.presettled:
+        """A record with an outcome is forgotten: keep the outcome, bounded, for resends. At a
+        destination only the mesh-wide outcome its origin sent with the forget will do: its
+        own verdict covered only the subscribers here."""
+        outcome = rec.final if rec.origin is not None else rec.outcome
+        if outcome is None or rec.presettled:
             return
         stones = self._tombstones
-        stones[rec.id] = rec.outcome
+        stones[rec.id] = outcome
         if len(stones) > self.config.tombstones:
             stones.popitem(last=False)
 

@@ -226,6 +226,7 @@ def message_json(msg: Any) -> str:
         else str(msg.message_id),
         "tag": msg.tag,
         "redelivered": msg.redelivered,
+        "publisher": msg.publisher,
     }
     body = msg.body
     if isinstance(body, bytes):

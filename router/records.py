@@ -169,6 +169,7 @@ class Record:
         "copies",
         "expires",
         "failed",
+        "final",
         "id",
         "mode",
         "origin",
@@ -216,6 +217,9 @@ class Record:
         # Set while its publisher (or origin router) is gone: when it stops waiting for a
         # resend (router/failover.py).
         self.orphan_until: float | None = None
+        # At a destination, the mesh-wide outcome its origin told with the forget (its own
+        # `outcome` is only this router's part of it): what its tombstone keeps.
+        self.final: Outcome | None = None
         self.pending = 0  # copies and peer parts not yet decided
         self.accepted = 0  # copies and peer parts accepted
         self.failed = 0  # copies and peer parts failed

@@ -68,7 +68,7 @@ class Wire:
         elif isinstance(action, Forget):
             for dst in action.routers:
                 if dst in live:
-                    live[dst].remote_forget(src, action.msg_id)
+                    live[dst].remote_forget(src, action.msg_id, action.accepted)
         elif isinstance(action, Subscribed):
             for e in live.values():
                 if action.topic_filter is None:
@@ -281,3 +281,53 @@ def test_a_subscriber_resuming_at_the_origin_with_a_delivery_it_accepted_decides
     w["A"].publisher_settled(9, b"1")
     w.pump(1.6)
     assert not w["A"].records
+
+
+def test_a_resend_is_owed_to_a_subscriber_that_moved_from_the_dead_router_too() -> None:
+    """Publisher and one subscriber on C, another subscriber on B. C dies; both clients move
+    to B. B's record of the message (owed to its own subscriber only) is adopted, and the
+    moved subscriber is owed it as well: its copy died with C."""
+    w = Wire("B", "C")
+    other = LinkIdentity("eu", "sub/eu")
+    w["B"].attach_subscriber(7, other, "orders/#", warm_timeout=10.0)
+    w["B"].subscriber_credit(7, 100)
+    subscribe(w, "C", 1)
+    w["C"].attach_publisher(9, PUB, "orders/eu", "all")
+    publish(w, "C", 9, [b"1"])
+    assert len(w.take("C", Send)) == 1 and len(w.take("B", Send)) == 1
+    w.crash("C", now=1.0)
+    subscribe(w, "B", 2, gen=2, now=1.2)  # the moved subscriber, holding nothing
+    w["B"].attach_publisher(10, PUB, "orders/eu", "all", [b"1"])
+    publish(w, "B", 10, [b"1"], now=1.3)
+    (again,) = w.take("B", Send)
+    assert again.link == 2 and again.tag == tag_of(b"1")
+    assert outcomes(w, "B") == {}, "not accepted before the moved subscriber accepts"
+    accept(w, "B", 2, [again], now=1.4)
+    assert outcomes(w, "B") == {}, "nor before the other one does"
+    w["B"].copy_outcome(7, tag_of(b"1"), Disposition.ACCEPTED, settled=True)
+    w.pump(1.5)
+    assert outcomes(w, "B") == {b"1": ACCEPTED}
+
+
+def test_a_destinations_tombstone_keeps_the_mesh_wide_outcome_not_its_own() -> None:
+    w = Wire("A", "B", "C")
+    subscribe(w, "C", 1)
+    other = LinkIdentity("eu", "sub/eu")
+    w["B"].attach_subscriber(7, other, "orders/#")
+    w["B"].subscriber_credit(7, 100)
+    w.pump()
+    w["A"].attach_publisher(9, PUB, "orders/eu", "all")
+    publish(w, "A", 9, [b"1"])
+    w["B"].copy_outcome(7, tag_of(b"1"), Disposition.ACCEPTED, settled=True)
+    (sent,) = w.take("C", Send)
+    w["C"].copy_outcome(1, sent.tag, Disposition.REJECTED, settled=True)
+    w.pump()
+    (failed,) = outcomes(w, "A").values()
+    assert isinstance(failed, Rejected)
+    w["A"].publisher_settled(9, b"1")
+    w.pump()
+    w.crash("A", now=1.0)  # say the publisher never heard, and resends at B
+    w["B"].attach_publisher(10, PUB, "orders/eu", "all", [b"1"])
+    publish(w, "B", 10, [b"1"], now=1.1)
+    (outcome,) = outcomes(w, "B").values()
+    assert isinstance(outcome, Rejected), "B's own part was accepted; the message was not"

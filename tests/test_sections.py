@@ -678,3 +678,33 @@ def test_every_truncation_and_byte_flip(payload):
             flipped = bytearray(payload)
             flipped[i] = value
             only_malformed(bytes(flipped))
+
+
+# ---------------------------------------------------------------------- publisher annotation
+
+
+@pytest.mark.parametrize("identity", ["shop/pub/shop", "c" * 300 + "/link"])
+@pytest.mark.parametrize("annotations", [None, {symbol("x-opt-delivery-mode"): "some"},
+                                         {symbol(f"k{i}"): i for i in range(40)}])
+@pytest.mark.parametrize("header", [False, True])
+def test_the_publisher_annotation_is_added_and_nothing_else_changes(
+    identity: str, annotations: dict | None, header: bool
+) -> None:
+    from amqp_edge.sections import PUBLISHER_KEY, annotate, publisher_annotation
+
+    msg = Message(body="hello", id="m-1", address="a/b", properties={"k": 1},
+                  annotations=annotations)
+    if header:
+        msg.ttl = 5.0
+        msg.durable = True
+    payload = msg.encode()
+    info = scan(payload)
+    out = annotate(payload, info, publisher_annotation(identity))
+    back = Message()
+    back.decode(out)
+    assert back.annotations[symbol(PUBLISHER_KEY.decode())] == identity
+    assert {k: v for k, v in back.annotations.items() if k != PUBLISHER_KEY.decode()} == (
+        annotations or {})
+    assert (back.body, back.id, back.address, back.properties) == ("hello", "m-1", "a/b",
+                                                                    {"k": 1})
+    assert scan(out) == info  # ttl, mode, durable read the same
