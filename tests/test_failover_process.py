@@ -10,6 +10,8 @@ The killed router restarts a moment later in every case, on the same ports.
 
 from __future__ import annotations
 
+import json
+import subprocess
 import threading
 import time
 from pathlib import Path
@@ -18,11 +20,12 @@ import pytest
 
 from amqp_edge.client import Publisher, Subscriber
 
-from .harness import wait_for
+from .harness import EXACTMESH, wait_for
 from .mesh_harness import Mesh, start_mesh
 
 TOPIC = "failover/orders"
-COUNT = 3000
+COUNT = 4000
+IN_FLIGHT = 2000  # the publisher's window: messages without an outcome at the kill
 
 
 def amqp(mesh: Mesh, *ids: str) -> list[str]:
@@ -68,19 +71,21 @@ def check_exactly_once_in_order(ids: list[str], name: str, count: int) -> None:
 def test_sigkill_of_a_router_mid_stream_loses_and_duplicates_nothing(
     victim: str, tmp_path: Path
 ) -> None:
-    with start_mesh("line", 3, common=["--reconnect-timeout", "20"]) as mesh:
+    with start_mesh("line", 3, common=["--reconnect-timeout", "20",
+                                       "--publisher-window", str(IN_FLIGHT)]) as mesh:
         mesh.wait_links_up()
         sub = Subscriber(amqp(mesh, "C", "B"), "failover/#", id="audit",
                          state_dir=str(tmp_path / "sub"), durable=True, timeout=30)
         consumer = Consumer(sub)
         wait_known(mesh, "A", "audit/sub/audit", "C")
         pub = Publisher(amqp(mesh, "A", "B"), TOPIC, id="shop", state_dir=str(tmp_path / "pub"),
-                        window=200)
+                        window=IN_FLIGHT)
         try:
             feeder = threading.Thread(target=lambda: [pub.send(f"order {i}")
                                                       for i in range(COUNT)], daemon=True)
             feeder.start()
             wait_for(lambda: len(consumer.ids) >= COUNT // 3, 30, "a third of the stream")
+            in_flight = pub.pending
             killed_at = time.monotonic()
             mesh[victim].kill()
             wait_for(lambda: time.monotonic() - killed_at > 0.5, 5, "half a second")
@@ -88,6 +93,7 @@ def test_sigkill_of_a_router_mid_stream_loses_and_duplicates_nothing(
             feeder.join(60)
             pub.flush(timeout=60)
             wait_for(lambda: len(consumer.ids) >= COUNT, 60, "every message at the subscriber")
+            assert in_flight >= 1000, f"only {in_flight} messages in flight at the kill"
             assert pub.failures() == []
             assert pub.stats()["accepted_total"] == COUNT
             check_exactly_once_in_order(consumer.ids, "shop", COUNT)
@@ -158,3 +164,45 @@ def test_a_subscriber_that_does_not_return_in_time_fails_the_publisher_by_name(
             assert waited < 6
         finally:
             pub.close()
+
+
+def test_the_pub_and_sub_commands_finish_their_streams_across_a_killed_router(
+    tmp_path: Path
+) -> None:
+    """`exactmesh pub` on A (then B) and `exactmesh sub` on B (then A), as a script or a cron
+    job would run them; A, the publisher's router, is killed mid-stream and restarted."""
+    n = 3000
+    with start_mesh("line", 2, common=["--reconnect-timeout", "20"]) as mesh:
+        mesh.wait_links_up()
+        a, b = mesh["A"], mesh["B"]
+        out_path = tmp_path / "sub.jsonl"
+        with open(out_path, "w") as out, open(tmp_path / "sub.err", "w") as err:
+            sub = subprocess.Popen(
+                [EXACTMESH, "sub", "--url", f"amqp://{b.url},amqp://{a.url}", "--topic",
+                 "cmd/#", "--id", "reader", "--state-dir", str(tmp_path / "s"), "--durable",
+                 "--timeout", "30", "--count", str(n)], stdout=out, stderr=err)
+        pub: subprocess.Popen | None = None
+        try:
+            wait_known(mesh, "A", "reader/sub/reader", "B")
+            pub = subprocess.Popen(
+                [EXACTMESH, "pub", "--url", f"amqp://{a.url},amqp://{b.url}", "--topic",
+                 "cmd/x", "--id", "writer", "--state-dir", str(tmp_path / "p"), "--count",
+                 str(n)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+            def lines() -> int:
+                return out_path.read_text().count("\n")
+
+            wait_for(lambda: lines() >= n // 3, 30, "a third of the stream at the subscriber")
+            a.kill()
+            a.restart()
+            summary, errors = pub.communicate(timeout=60)
+            assert pub.returncode == 0, errors
+            assert json.loads(summary)["accepted"] == n
+            assert sub.wait(timeout=60) == 0
+            ids = [json.loads(line)["message_id"] for line in out_path.read_text().splitlines()]
+            check_exactly_once_in_order(ids, "writer", n)
+        finally:
+            for proc in (sub, pub):
+                if proc is not None and proc.poll() is None:
+                    proc.kill()
+                    proc.wait(5)
