@@ -14,7 +14,8 @@ this run; failed counts every failure kept in the state directory, each also pri
 stderr as "seq condition description") and exits 0 when every message was accepted, 1 when
 some failed.
 
-`sub` prints one JSON object per message per line (topic, message_id, tag, redelivered, body;
+`sub` prints one JSON object per message per line (topic, message_id, tag, redelivered,
+publisher, body;
 a body that is not UTF-8 is base64 with "body_base64": true), flushing each line before it
 accepts the message. `--count N` exits after N messages in all, across runs; `--idle-exit S`
 after S seconds without one. Reruns with the same id and state directory resume, showing no

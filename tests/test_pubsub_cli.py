@@ -114,7 +114,8 @@ def test_stdin_lines_are_messages_and_binary_bodies_are_base64(tmp_path: Path) -
         code, lines = sub.finish()
         assert code == 0
         assert lines == [{"topic": "cli/bin", "message_id": "bin:1", "tag": lines[0]["tag"],
-                          "redelivered": False, "body": "/wD+", "body_base64": True}]
+                          "redelivered": False, "publisher": "bin/pub/bin", "body": "/wD+",
+                          "body_base64": True}]
 
 
 def test_pub_exits_1_listing_failures(tmp_path: Path) -> None:
