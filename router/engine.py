@@ -164,6 +164,7 @@ class Engine(FailoverMixin):
         if mode not in MODES:
             raise ValueError(f"delivery mode {mode!r} is not one of {MODES}")
         label = ident.label(self.config.router_id)
+        self._replace_publisher(ident, label)
         pub = Publisher(link, ident, address, mode, label)
         pub.resends = set(resends or ())
         self.publishers[link] = pub
@@ -214,6 +215,7 @@ class Engine(FailoverMixin):
             self._now = now
         label = ident.label(self.config.router_id)
         gen = max(gen, self._known_gen(ident.key) + 1)
+        self._replace_subscriber(ident.key, label)
         warm = self._warm.pop(ident.key, None)
         if warm is not None and warm.filter == topic_filter:
             warm.link, warm.credit, warm.warm_until = link, 0, None
@@ -275,7 +277,7 @@ class Engine(FailoverMixin):
         again first, and everything waits in publish order until it returns or times out."""
         sub.link = None
         sub.credit = 0
-        waiting: dict[int, Record] = {}
+        waiting: dict[int, Record] = {}  # in the order it was getting them, not by seq
         for rec in list(sub.inflight.values()) + list(sub.queue):
             copy = rec.copies.get(sub.sid)
             if copy is None:
@@ -286,7 +288,7 @@ class Engine(FailoverMixin):
             if copy.state == QUEUED:
                 waiting[rec.seq] = rec
         sub.inflight.clear()
-        sub.queue = deque(waiting[seq] for seq in sorted(waiting))
+        sub.queue = deque(waiting.values())
         sub.warm_until = now + (sub.warm_timeout or self.config.reconnect_timeout)
         heapq.heappush(self._warm_expiry, (sub.warm_until, sub.sid))
         self._warm[sub.key] = sub
@@ -327,9 +329,10 @@ class Engine(FailoverMixin):
         already (from the old origin, or for other subscribers): it is added to, not
         delivered twice."""
         self._now = now
-        if ((origin, msg_id) in self._mesh_records or resend) and self._remote_resend(
-                origin, msg_id, owed):
-            return
+        if (origin, msg_id) in self._mesh_records or resend:
+            owed = self._remote_resend(origin, msg_id, owed)
+            if not owed:
+                return
         self._seq += 1
         expires = now + ttl_ms / 1000.0 if ttl_ms else None
         rec = Record(self._seq, None, b"", msg_id.encode(), payload, mode if mode in MODES
@@ -389,8 +392,9 @@ class Engine(FailoverMixin):
                 continue  # it moved on from there: that router's failure is stale news
             elif label in failed:
                 self._settle_part(rec, part, PartState.FAILED, reasons.get(label, "failed"))
-            else:  # still pending there when that router decided: it will not say more
-                self._settle_part(rec, part, PartState.WITHDRAWN)
+            else:  # answered for, but named nowhere: it cannot be counted as accepted
+                self._settle_part(rec, part, PartState.FAILED,
+                                  f"got no outcome from router {router}")
         self._decide(rec)
         self._maybe_forget(rec)
 
@@ -471,7 +475,10 @@ class Engine(FailoverMixin):
         expires = now + ttl_ms / 1000.0 if ttl_ms else None
         rec = Record(seq, pub, tag, out_tag, payload, mode, settled, expires)
         matched = self._index.match(pub.address)
-        remote = self._remote.match(pub.address) if len(self._remote) else ()
+        if resend:
+            remote = self._resend_matches(pub.address)
+        else:
+            remote = self._remote.match(pub.address) if len(self._remote) else ()
         if not matched and not remote:
             self._no_subscribers(pub, rec)
             return
@@ -681,6 +688,8 @@ class Engine(FailoverMixin):
         """Tell the publisher (or, for a message from another router, its origin) as soon as
         the outcome is certain. Parts are local copies and other routers' verdicts."""
         if rec.outcome is not None or rec.presettled:
+            if rec.answered is not None and rec.origin is not None:
+                self._answer_more(rec)
             return
         n = rec.parts
         if rec.mode == ALL:
@@ -714,8 +723,22 @@ class Engine(FailoverMixin):
         assert rec.origin is not None
         accepted = outcome is ACCEPTED
         status = {} if accepted and rec.mode == ALL else rec.status()
-        keys = [copy.sub.key for copy in rec.copies.values()]
+        # It answers for the subscribers whose copies are done; one still pending (the
+        # outcome was decided without it) is answered for later, by `_answer_more`.
+        keys = [c.sub.key for c in rec.copies.values() if c.state in (ACCEPTED_STATE, FAILED)]
+        rec.answered = set(keys)
         return Verdict(rec.origin, rec.id, accepted, status, keys)
+
+    def _answer_more(self, rec: Record) -> None:
+        """After the verdict, more copies are done: tell the origin about them too, so that
+        its parts for them end (it cannot forget the message before)."""
+        answered = rec.answered
+        assert answered is not None and rec.origin is not None
+        keys = [c.sub.key for c in rec.copies.values()
+                if c.state in (ACCEPTED_STATE, FAILED) and c.sub.key not in answered]
+        if keys:
+            answered.update(keys)
+            self._actions.append(Verdict(rec.origin, rec.id, False, rec.status(), keys))
 
     def _failure(self, rec: Record) -> Rejected:
         status = rec.status()
@@ -763,18 +786,23 @@ class Engine(FailoverMixin):
         rec.pub_settled = True
         if rec.outcome is None:
             self.stats.deleted += 1
-            withdrawn = [p for p in rec.peers.values() if p.state == PartState.PENDING]
-            for part in withdrawn:
-                self._settle_part(rec, part, PartState.WITHDRAWN)
-            for copy in rec.copies.values():
-                if copy.state == QUEUED:
-                    copy.state = WITHDRAWN
-                    rec.pending -= 1
-                elif copy.state == SENT:
-                    self._settle_copy(copy.sub, rec, copy)
-                    copy.state = WITHDRAWN
-                    rec.pending -= 1
+            self._withdraw(rec)
         self._maybe_forget(rec)
+
+    def _withdraw(self, rec: Record) -> None:
+        """Stop waiting for anyone: parts and copies still pending are withdrawn (copies
+        sent are settled)."""
+        withdrawn = [p for p in rec.peers.values() if p.state == PartState.PENDING]
+        for part in withdrawn:
+            self._settle_part(rec, part, PartState.WITHDRAWN)
+        for copy in rec.copies.values():
+            if copy.state == QUEUED:
+                copy.state = WITHDRAWN
+                rec.pending -= 1
+            elif copy.state == SENT:
+                self._settle_copy(copy.sub, rec, copy)
+                copy.state = WITHDRAWN
+                rec.pending -= 1
 
     def _expire(self, rec: Record) -> None:
         self.stats.expired += 1
@@ -797,8 +825,9 @@ class Engine(FailoverMixin):
             return
         self._untrack(rec)
         self._remember(rec)
-        if rec.origin is not None or rec.peers:
-            self._mesh_records.pop((rec.origin or self.config.router_id, rec.id), None)
+        mesh_key = (rec.origin or self.config.router_id, rec.id)
+        if self._mesh_records.get(mesh_key) is rec:  # peers it had may have moved here
+            del self._mesh_records[mesh_key]
         if rec.told:
             accepted = None if rec.outcome is None else rec.outcome is ACCEPTED
             self._actions.append(Forget(sorted(rec.told), rec.id, accepted))

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 from .actions import ACCEPTED, CloseLink, Decide, Forward, Outcome, Subscribed, Verdict
 from .records import CopyState, PartState, PeerPart, Publisher, Record, Subscriber
+from .topics import matches
 
 if TYPE_CHECKING:
     from .engine import Engine
@@ -64,6 +65,7 @@ class FailoverMixin:
         self._holds: list[tuple[float, int]] = []  # (deadline, sid): placeholder holds
         # Outcomes of forgotten records, by delivery id, oldest first, for resends.
         self._tombstones: OrderedDict[str, Outcome] = OrderedDict()
+        self._stone_keys: dict[str, tuple[str, ...]] = {}  # whom a tombstone answers for
         self._now = 0.0
 
     # ------------------------------------------------------------------ where subscribers are
@@ -88,7 +90,6 @@ class FailoverMixin:
         away = self._away.get(key)
         if cur is not None and away is None and (gen, router) < cur:
             return  # an older attach than the one we know of: stale news
-        moved = away is not None or (cur is not None and cur[1] != router)
         if cur is not None and cur[1] == self.config.router_id:
             local = self._by_key.get(key) or self._warm.get(key)
             if local is not None:
@@ -102,8 +103,10 @@ class FailoverMixin:
         self._where[key] = (gen, router)
         self._remote_meta[key] = (topic_filter, timeout)
         self._remote.add((router, key), topic_filter)
-        if moved:
-            self._retarget(key, router)
+        # Resend what it is owed elsewhere, moved or not as far as we can tell: the news that
+        # it left its old router may have come first (a subscriber that is not warm), and its
+        # old router, when our message gets there, leaves it to us ("it lives elsewhere").
+        self._retarget(key, router)
 
     def remote_subscriber_removed(self: Engine, router: str, key: str) -> None:
         """Gossip: `key` left `router` for good (or moved on, which `_where` already says)."""
@@ -159,7 +162,8 @@ class FailoverMixin:
         touched = dict.fromkeys(list(sub.inflight.values()) + list(sub.queue))
         sub.inflight.clear()
         sub.queue.clear()
-        for rec in sorted(touched, key=lambda r: r.seq):
+        for rec in touched:  # in the order it was getting them (record numbers here follow
+            # arrival, which is not publish order when resends reuse older records)
             copy = rec.copies.get(sub.sid)
             if copy is None or copy.state not in (QUEUED, SENT):
                 continue
@@ -169,6 +173,34 @@ class FailoverMixin:
                 self._owe_remote(rec, sub.key, router)
             self._decide(rec)
             self._maybe_forget(rec)
+
+    def _replace_subscriber(self: Engine, key: str, label: str) -> None:
+        """The same subscriber attaches again here while its older link is still attached
+        (this router has not noticed yet that the old connection died, or the client opened
+        two): the older link is closed, and the new one takes over its state as a warm
+        subscriber coming back would, what it had in doubt first, in order."""
+        old = self._by_key.get(key)
+        if old is None or old.link is None:
+            return
+        self.subscribers.pop(old.link, None)
+        self._actions.append(CloseLink(
+            old.link, LINK_STOLEN, f"subscriber {label} attached again; this older attach "
+            "is closed (one subscriber identity has one link at a time)"))
+        if not old.warm_timeout:
+            old.warm_timeout = self.config.reconnect_timeout  # just long enough to hand over
+        self._go_warm(old, self._now)
+
+    def _replace_publisher(self: Engine, ident: Any, label: str) -> None:
+        """The same publisher attaches again here while its older link is still attached:
+        that link is closed, and its messages wait for the new link to resend them."""
+        for old in [p for p in self.publishers.values() if p.ident == ident]:
+            del self.publishers[old.link]
+            self._actions.append(CloseLink(
+                old.link, LINK_STOLEN, f"publisher {label} attached again; this older attach "
+                "is closed (one publisher identity has one link at a time)"))
+            for rec in list(old.records.values()):
+                self._orphan(rec)
+            old.records.clear()
 
     def _retarget(self: Engine, key: str, router: str) -> None:
         """`key` now lives at `router`: resend there, in publish order, every message of ours
@@ -290,6 +322,9 @@ class FailoverMixin:
         msg_id = out_tag.decode()
         rec = self._by_id.get(msg_id)
         if rec is not None and rec.publisher is None and not rec.pub_settled:
+            # Its own origin record (the publisher's connection to us dropped): that knows
+            # exactly who is owed. Not a destination's record, nor one handed over.
+            published_here = bool(rec.pub_tag) and rec.origin is None
             self._adopt(rec)
             rec.publisher, rec.pub_tag = pub, tag
             pub.live += 1
@@ -298,12 +333,13 @@ class FailoverMixin:
                 return True
             pub.records[tag] = rec
             decided = rec.outcome
-            if rec.peers or self._remote_owed(rec):
+            if rec.peers or (not published_here and self._remote_owed(rec)):
                 rec.outcome = None  # it answers to this publisher across the mesh now
                 decided = None
-            if self._owe_new_locals(rec):
-                decided = rec.outcome = None
-            self._owe_new_remotes(rec)
+            if not published_here:
+                if self._owe_new_locals(rec):
+                    decided = rec.outcome = None
+                self._owe_new_remotes(rec)
             if decided is not None and rec.outcome is not None:
                 self._actions.append(Decide(pub.link, tag, decided))
             else:
@@ -330,38 +366,54 @@ class FailoverMixin:
         return len(added)
 
     def _remote_owed(self: Engine, rec: Record) -> bool:
-        return bool(len(self._remote) and self._remote.match(rec.address))
+        return bool(self._resend_matches(rec.address))
+
+    def _resend_matches(self: Engine, address: str) -> tuple[tuple[str, str], ...]:
+        """Who a publisher's resend is owed to besides local subscribers: the remote ones
+        that match, and those away from a lost router (warm or not: it may have been owed
+        to them there)."""
+        remote = tuple(self._remote.match(address)) if len(self._remote) else ()
+        if self._away:
+            seen = {k for _, k in remote}
+            remote += tuple((AWAY, k) for k, a in sorted(self._away.items())
+                            if not a.timeout and k not in seen and matches(a.filter, address))
+        return remote
 
     def _owe_new_remotes(self: Engine, rec: Record) -> None:
         """Owe an adopted record to the remote subscribers that match it now and are not owed
         it yet: their routers hold the old origin's record (they adopt it) or never had it."""
-        if not len(self._remote):
+        if not len(self._remote) and not self._away:
             return
         local = {c.sub.key for c in rec.copies.values()}
-        remote = tuple((r, k) for r, k in self._remote.match(rec.address)
+        remote = tuple((r, k) for r, k in self._resend_matches(rec.address)
                        if k not in rec.peers and k not in local)
         if remote:
             self._forward(rec, remote, self._ttl_left(rec), resend=True)
 
     def _remote_resend(
         self: Engine, origin: str, msg_id: str, owed: list[str]
-    ) -> bool:
-        """A message another router marked as a resend. Returns True if it was answered from
-        a record or tombstone here (adopting the record), False to treat it as new."""
+    ) -> list[str]:
+        """A message another router marked as a resend (or one we hold a record of). Answers
+        what a record or tombstone here can (adopting the record); returns the owed keys left
+        to handle as a new message (all of them if nothing here knew it)."""
         rec = self._mesh_records.get((origin, msg_id))
         if rec is None:
             rec = self._by_id.get(msg_id)
             if rec is None or rec.publisher is not None or rec.pub_settled:
                 if rec is None and msg_id in self._tombstones:
-                    outcome = self._tombstones[msg_id]
-                    accepted = outcome is ACCEPTED
-                    status = {} if accepted else dict(getattr(outcome, "info", {}))
-                    self._actions.append(Verdict(origin, msg_id, accepted, status, list(owed)))
-                    return True
-                return False
+                    # It answers only for the subscribers the forgotten record had: one that
+                    # attached (or moved) here since is owed a copy, as for a new message.
+                    had = self._stone_keys.get(msg_id, ())
+                    answered = [k for k in owed if k in had]
+                    if answered:
+                        self._actions.append(self._stone_verdict(origin, msg_id, answered))
+                    return [k for k in owed if k not in had]
+                return owed
             self._adopt(rec)
-            if rec.peers:  # it was ours: the new origin owes those routers now
-                self._drop_parts(rec)
+            rec.pub_tag = b""  # a destination's record now, whoever published it here
+            # If it was ours, the new origin owes those routers now (and it is no longer a
+            # record of ours in _mesh_records, peers or not).
+            self._drop_parts(rec)
             rec.origin = origin
             self._mesh_records[(origin, msg_id)] = rec
             rec.outcome = None
@@ -373,7 +425,17 @@ class FailoverMixin:
         else:
             self._decide(rec)
         self._maybe_forget(rec)
-        return True
+        return []
+
+    def _stone_verdict(self: Engine, origin: str, msg_id: str, keys: list[str]) -> Verdict:
+        """The answer a tombstone gives for `keys`, named as subscribers of this router."""
+        if self._tombstones[msg_id] is ACCEPTED:
+            return Verdict(origin, msg_id, True, {}, keys)
+        labels = [f"{k}@{self.config.router_id}" for k in keys]
+        why = "was owed it when it failed before (answered from a record of its outcome)"
+        status = {"succeeded": [], "failed": labels, "pending": [],
+                  "reasons": dict.fromkeys(labels, why)}
+        return Verdict(origin, msg_id, False, status, keys)
 
     def _drop_parts(self: Engine, rec: Record) -> None:
         for part in rec.peers.values():
@@ -409,8 +471,9 @@ class FailoverMixin:
             return
         stones = self._tombstones
         stones[rec.id] = outcome
+        self._stone_keys[rec.id] = tuple(c.sub.key for c in rec.copies.values())
         if len(stones) > self.config.tombstones:
-            stones.popitem(last=False)
+            self._stone_keys.pop(stones.popitem(last=False)[0], None)
 
     # ------------------------------------------------------------------ subscriber resume
 
@@ -470,8 +533,12 @@ class FailoverMixin:
             until, seq = heapq.heappop(orphans)
             rec = self.records.get(seq)
             if rec is not None and rec.orphan_until == until:
+                # Nobody resent it here: stop tracking it, as for a DELETE, and stop waiting
+                # for answers even if it was decided (a router that adopted it for a new
+                # origin answers that one, not us).
                 rec.orphan_until = None
-                self._publisher_done(rec)  # nobody resent it: stop tracking, as a DELETE
+                self._withdraw(rec)
+                self._publisher_done(rec)
         holds = self._holds
         while holds and holds[0][0] <= now:
             _, sid = heapq.heappop(holds)

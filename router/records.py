@@ -166,6 +166,7 @@ class Record:
     __slots__ = (
         "accepted",
         "address",
+        "answered",
         "copies",
         "expires",
         "failed",
@@ -220,6 +221,8 @@ class Record:
         # At a destination, the mesh-wide outcome its origin told with the forget (its own
         # `outcome` is only this router's part of it): what its tombstone keeps.
         self.final: Outcome | None = None
+        # At a destination, the subscribers its verdicts to the origin answered for so far.
+        self.answered: set[str] | None = None
         self.pending = 0  # copies and peer parts not yet decided
         self.accepted = 0  # copies and peer parts accepted
         self.failed = 0  # copies and peer parts failed

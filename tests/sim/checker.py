@@ -1,19 +1,34 @@
 """The properties a simulated cluster must keep, asserted as it runs and once it has drained.
 
-From docs/guarantees.md and the design notes ("Properties that must always hold"):
+From docs/guarantees.md and the design notes ("Properties that must always hold"). Subscribers
+are named by their key (`container/link`): a survivor keeps its key when it moves to another
+router, and outcomes name it `key@router` with the router it was (last) owed at.
 
-1. A publisher told `accepted` in mode `all`: every subscriber owed the message accepted it,
+1. A publisher told `accepted` in mode `all`: every subscriber owed the message processed it,
    exactly once. In mode `some`: at least one did. "Owed" is what the origin router knew when
    the message arrived: its local subscribers that matched, plus the (router, key) pairs its
-   remote subscription index matched, read from the origin engine just before `message()`
-   (and cross-checked against the `Forward` action it then emits).
-2. No subscriber processes a message twice: a second copy only as a redelivery it asked for
-   (it released or modified the copy before), with `attempt` counting the earlier copies.
-   Nobody gets a message it was not owed.
-3. Per publisher, every subscriber sees first deliveries in publish order.
+   remote subscription index matched (router "" for a warm subscriber away from a lost
+   router), read from the origin engine just before `message()` (and cross-checked against
+   the `Forward` action it then emits). A publisher that resends a message after losing its
+   link (failover) adds who its new router matches then.
+2. No subscriber processes a message twice. A *strict* subscriber (it never lost a link: it
+   never moved and its router never crashed under it) must not even get a second copy, except
+   a redelivery it asked for (it released or modified the copy before), with `attempt`
+   counting the earlier copies. One that lost a link may get copies of what it answered
+   already (its answer may have died with the link): it answers them from its store without
+   processing them, as the SDK does (counted: raw duplicates, suppressed). Nobody gets a
+   message it was not owed.
+3. Per publisher, every subscriber gets first deliveries in publish order, across its moves
+   (what a warm subscriber missed while away comes before anything newer).
 4. Every failure outcome names who failed (`exactmesh:delivery-failed`, `failed` non-empty,
-   only owed subscribers, each named in the description); `succeeded` lists only subscribers
-   that really accepted; mode `some` fails only if nobody is listed as succeeded.
+   only owed subscribers, each named in the description with a reason); `succeeded` lists
+   only subscribers that really accepted; mode `some` fails only if nobody is listed as
+   succeeded. The reason must be true of that subscriber: it rejected (released, refused) the
+   message, its ttl ran out, it left, its router restarted or was out of reach, or it stayed
+   away longer than its timeout (checked against the time it really was away when the network
+   is clean). A strict subscriber named as failed must not have processed the message, unless
+   the reason is a ttl or a router that went (restarted, out of reach): its answer was still
+   on its way.
 5. After the faults stop, the network heals and time runs on: every publisher delivery has an
    outcome, every engine holds no record, every transfer channel has nothing in flight, every
    copy sent unsettled was settled, and no publisher link holds more than its window.
@@ -23,19 +38,32 @@ A `Violation` carries one sentence; `World` adds the seed, the parameters and a 
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from router.actions import Accepted, Decide, Forward, Rejected, Send, SettleCopy, Verdict
-from router.engine import DELIVERY_FAILED
+from router.engine import DELIVERY_FAILED, Disposition
 from router.records import ALL
 
 if TYPE_CHECKING:
     from .world import PubClient, SimRouter, SubClient, World
 
+AWAY_SLACK = 0.1  # on a clean network, how late news of a re-attach may reach a router
+TIMEOUT_REASON = re.compile(r"did not (?:come back|reattach) within ([0-9.]+) s")
+
 
 class Violation(AssertionError):
     """A property of the mesh did not hold."""
+
+
+def key_of(label: str) -> str:
+    """`container/link@router` -> `container/link`."""
+    return label.rsplit("@", 1)[0]
+
+
+def router_of(label: str) -> str:
+    return label.rsplit("@", 1)[1] if "@" in label else ""
 
 
 @dataclass
@@ -48,15 +76,31 @@ class Msg:
     seq: int  # publish order on its publisher link, from 1
     mode: str
     presettled: bool
-    owed: dict[str, SubClient]  # label -> subscriber
-    owed_remote: dict[str, list[str]]  # router -> labels there (what Forward must say)
+    owed: dict[str, SubClient]  # key -> subscriber, at any arrival (publish or resend)
+    owed_remote: dict[str, list[str]]  # router -> keys there, first arrival (for its Forward)
     published_at: float
     ttl_ms: int | None
+    origin: SimRouter | None = None  # the router it was first published at
+    override: str | None = None  # its per-message delivery mode
     outcome: Any = None
     decided_at: float | None = None
     early_settled: bool = False  # the publisher settled before an outcome (stop tracking)
-    publisher_gone: bool = False  # the publisher detached before an outcome
+    publisher_gone: bool = False  # the publisher left for good before an outcome
     forwarded: bool = False
+    sent_at: float = 0.0  # its latest send (a resend restarts its ttl at a new origin)
+    sent_from: tuple[str, int] = ("", 0)  # the router (and incarnation) of its latest send
+    resends: int = 0
+    # Who must have processed it for an `accepted` outcome (mode all): who was owed it when
+    # it was first published; after a resend the mesh had to rebuild that (see on_resend),
+    # who the new origin could know of then.
+    required: dict[str, SubClient] = field(default_factory=dict)
+    original: frozenset[str] = frozenset()  # keys owed when first published
+    # Keys owed it only because a resend was rebuilt at another router: they may get it out
+    # of publish order (they were not owed it when it was published).
+    extras: set[str] = field(default_factory=set)
+    rebuilt: bool = False  # resent where its origin's own record could not answer for it
+    # (router, incarnation) -> `required` while that router was its origin.
+    eras: dict[tuple[str, int], dict[str, SubClient]] = field(default_factory=dict)
 
     @property
     def tracked(self) -> bool:
@@ -73,6 +117,18 @@ class Stats:
     redeliveries: int = 0
     processed: int = 0
     stray_actions: int = 0
+    # failover
+    resent: int = 0
+    raw_duplicates: int = 0  # copies of messages the subscriber had processed (movers only)
+    suppressed: int = 0  # answered from the subscriber's store without processing
+    failed_but_processed: int = 0  # named failed though it processed it (its answer was lost)
+    timeout_failures: int = 0  # failures naming a subscriber that stayed away too long
+    timeout_checked: int = 0  # ... of which the time away was checked
+    rebuilt: int = 0  # resends whose owed set the mesh had to rebuild
+    lost_settled: int = 0  # at-most-once copies lost with a dropped connection
+    order_exempt: int = 0  # out of order across a publisher's move (different origins)
+    new_records: int = 0  # copies from a router's second record of a message (late resend)
+    unknown_reasons: int = 0
     notes: list[str] = field(default_factory=list)
 
 
@@ -80,7 +136,6 @@ class Checker:
     def __init__(self, world: World) -> None:
         self.world = world
         self.msgs: dict[str, Msg] = {}
-        self.subs_by_label: dict[str, SubClient] = {}
         self.subs_by_key: dict[str, SubClient] = {}
         self.stats = Stats()
 
@@ -94,8 +149,10 @@ class Checker:
             self.stats.notes.append(f"t={self.world.now:.6f}: {what}")
 
     def register_sub(self, sub: SubClient) -> None:
-        self.subs_by_label[sub.label] = sub
         self.subs_by_key[sub.key] = sub
+
+    def on_gone(self, sub: SubClient) -> None:
+        """`sub` closed its link, or died: it will not attach again."""
 
     def msg_by_tag(self, tag: bytes) -> Msg:
         msg = self.msgs.get(tag.decode())
@@ -103,7 +160,40 @@ class Checker:
             self.fail(f"a copy with tag {tag!r} that no publisher sent")
         return msg
 
+    def _network_clean(self) -> bool:
+        """No loss, partition or reordering: news (gossip) travels in milliseconds."""
+        p = self.world.p
+        return not (p.drop or p.dup or p.reorder or self.world.ever_cut)
+
     # ------------------------------------------------------------------ publishing
+
+    def _owed_now(
+        self, pub: PubClient, local: tuple[int, ...], remote: tuple[tuple[str, str], ...]
+    ) -> tuple[dict[str, SubClient], dict[str, list[str]]]:
+        """Who the publisher's router matches now: local subscriber sids and remote
+        (router, key) pairs, checked against where those subscribers really attached."""
+        owed: dict[str, SubClient] = {}
+        here = pub.router.id
+        for sid in local:
+            sub = self.world.clients.get(sid)
+            if sub is None or sub.kind != "sub" or here not in sub.history:
+                self.fail(f"origin {here} matched local link {sid}, not a subscriber of it")
+            if sub.strict and (sub.router is not pub.router or sub.detached):
+                self.fail(f"origin {here} matched {sub.label}, which is attached elsewhere")
+            owed[sub.key] = sub
+        owed_remote: dict[str, list[str]] = {}
+        for router, key in remote:
+            sub = self.subs_by_key.get(key)
+            if sub is None or (router and router not in sub.history):
+                self.fail(f"{here} knows a subscriber {key}@{router} that never attached "
+                          "there (gossip invented it)")
+            if not router and not sub.warm:
+                self.fail(f"{here} keeps {key} matchable while away, but it is not warm")
+            if router == here and sub.strict:
+                self.fail(f"{here} lists its own subscriber {key} as remote")
+            owed[key] = sub
+            owed_remote.setdefault(router, []).append(key)
+        return owed, owed_remote
 
     def on_publish(
         self,
@@ -117,41 +207,97 @@ class Checker:
         ttl_ms: int | None,
     ) -> Msg:
         """Called just before the origin engine's `message()`, with what its indexes match."""
-        owed: dict[str, SubClient] = {}
-        for link in local:
-            sub = self.world.clients.get(link)
-            if sub is None or sub.kind != "sub" or sub.router is not pub.router:
-                self.fail(f"origin {pub.router.id} matched local link {link}, not a subscriber")
-            owed[sub.label] = sub
-        owed_remote: dict[str, list[str]] = {}
-        for router, key in remote:
-            sub = self.subs_by_key.get(key)
-            if sub is None or sub.router.id != router:
-                self.fail(f"{pub.router.id} knows a subscriber {key}@{router} that never "
-                          "attached there (gossip invented it)")
-            if router == pub.router.id:
-                self.fail(f"{pub.router.id} lists its own subscriber {key} as remote")
-            owed[sub.label] = sub
-            owed_remote.setdefault(router, []).append(sub.label)
+        owed, owed_remote = self._owed_now(pub, local, remote)
         if msg_id in self.msgs:
             self.fail(f"delivery id {msg_id} used twice")
         self.stats.published += 1
         msg = Msg(msg_id, pub, tag, pub.published + 1, mode, presettled, owed, owed_remote,
-                  self.world.now, ttl_ms)
+                  self.world.now, ttl_ms, origin=pub.router, sent_at=self.world.now,
+                  required=dict(owed), original=frozenset(owed))
+        msg.eras[(pub.router.id, pub.router.inc)] = msg.required
+        msg.sent_from = (pub.router.id, pub.router.inc)
         self.msgs[msg_id] = msg
         return msg
+
+    def on_resend(self, pub: PubClient, msg: Msg, local: tuple[int, ...],
+                  remote: tuple[tuple[str, str], ...], away: tuple[str, ...]) -> None:
+        """The publisher sends `msg` again after losing its link (just before `message()`),
+        with what its new router matches now: local sids, remote (router, key) pairs and the
+        keys of subscribers away from a lost router (not warm) whose filter matches.
+
+        If the new router is the one that published it and still holds its record of it (or
+        the outcome it decided), that record knows exactly who is owed, and nobody new may
+        be. Otherwise the mesh rebuilds who is owed from what the new router knows now: every
+        subscriber that matches, away ones included. Those are then required for `accepted`
+        (the ones it was owed to that the new router cannot know of, gone for good or not
+        heard of yet, are not); those not owed it before are extras (allowed out of publish
+        order). Routers that hold no record of it by the time the resend reaches them (the
+        publisher came back after their `reconnect-timeout`) take it for a new message:
+        their subscribers may get it again, strict or not."""
+        world, now = self.world, self.world.now
+        p = world.p
+        msg.resends += 1
+        msg.sent_at = now
+        msg.sent_from = (pub.router.id, pub.router.inc)
+        self.stats.resent += 1
+        r = pub.router
+        rec = r.engine._by_id.get(msg.id)
+        era = msg.eras.get((r.id, r.inc))
+        # Its outcome, kept after the record was forgotten: the answer comes from that.
+        stone = rec is None and msg.id in r.engine._tombstones
+        exact = stone or (era is not None and (
+            rec is not None and rec.pub_tag == msg.tag and rec.origin is None
+            and rec.publisher is None and not rec.pub_settled))
+        gone_for = now - (pub.lost_at or 0.0)
+        noticed = not any(link in r.engine.publishers for link in pub.lost_links)
+        if (r is msg.origin and not r.dead and not exact and not msg.rebuilt and noticed
+                and gone_for < p.reconnect_timeout - 0.01):
+            self.fail(f"{pub.key} resends {msg.id} to {r.id}, which published it and lives, "
+                      f"{gone_for:.3f} s after losing its link (reconnect-timeout "
+                      f"{p.reconnect_timeout:g} s), but {r.id} kept neither its record nor "
+                      f"its outcome{f': {describe_record(rec)}' if rec is not None else ''}")
+        if exact:
+            if era is not None:
+                msg.required = era  # what that router's record of it was owed to
+            return
+        if not msg.rebuilt:
+            msg.rebuilt = True
+            self.stats.rebuilt += 1
+        owed, _ = self._owed_now(pub, local, remote)
+        for key in away:
+            owed[key] = self.subs_by_key[key]
+        for key, sub in owed.items():
+            msg.owed.setdefault(key, sub)
+            if key not in msg.original:
+                msg.extras.add(key)
+        msg.required = owed
+        msg.eras[(r.id, r.inc)] = owed
 
     def on_forward(self, router: SimRouter, action: Forward) -> None:
         msg = self.msgs.get(action.msg_id)
         if msg is None:
             self.fail(f"{router.id} forwards {action.msg_id}, which no publisher sent")
-        if msg.pub.router is not router:
-            self.fail(f"{router.id} forwards {msg.id}, published at {msg.pub.router.id}")
+        if action.resend:
+            # A publisher's resend, a subscriber's move or an adopted record: only ever to
+            # subscribers owed the message, at a router they attached to.
+            for r, keys in action.owed.items():
+                for key in keys:
+                    sub = self.subs_by_key.get(key)
+                    if key not in msg.owed or sub is None:
+                        self.fail(f"{router.id} resends {msg.id} to {key}@{r}, which was not "
+                                  f"owed it (owed: {sorted(msg.owed)})")
+                    if r not in sub.history:
+                        self.fail(f"{router.id} resends {msg.id} to {key}@{r}, but {key} "
+                                  f"never attached at {r}")
+            return
+        if msg.origin is not router:
+            self.fail(f"{router.id} forwards {msg.id}, first published at "
+                      f"{msg.origin.id if msg.origin else '?'}")
         if msg.forwarded:
             self.fail(f"{router.id} forwards {msg.id} twice")
         msg.forwarded = True
-        said = {r: sorted(f"{k}@{r}" for k in keys) for r, keys in action.owed.items()}
-        meant = {r: sorted(labels) for r, labels in msg.owed_remote.items()}
+        said = {r: sorted(keys) for r, keys in action.owed.items()}
+        meant = {r: sorted(keys) for r, keys in msg.owed_remote.items() if r}
         if said != meant:
             self.fail(f"{router.id}'s Forward of {msg.id} owes {said}, its index matched {meant}")
 
@@ -166,53 +312,84 @@ class Checker:
 
     def _check_status(self, msg: Msg, status: dict[str, Any], where: str) -> None:
         for label in status.get("succeeded", ()):
-            sub = self.subs_by_label.get(label)
-            if sub is None or not sub.processed.get(msg.id):
+            sub = self.subs_by_key.get(key_of(label))
+            if sub is None or not (sub.processed.get(msg.id) or msg.id in sub.lost_settled):
                 self.fail(f"{where} lists {label} as succeeded, but it never accepted it")
-            if label not in msg.owed:
+            if sub.key not in msg.owed:
                 self.fail(f"{where} lists {label} as succeeded, but it was not owed the message")
-        for key in ("failed", "pending"):
-            for label in status.get(key, ()):
-                if label not in msg.owed:
-                    self.fail(f"{where} lists {label} as {key}, but it was not owed the message "
-                              f"(owed: {sorted(msg.owed)})")
+        for kind in ("succeeded", "failed", "pending"):
+            for label in status.get(kind, ()):
+                key = key_of(label)
+                if key not in msg.owed:
+                    self.fail(f"{where} lists {label} as {kind}, but it was not owed the "
+                              f"message (owed: {sorted(msg.owed)})")
+                if router_of(label) not in msg.owed[key].history:
+                    self.fail(f"{where} lists {label} as {kind}, but {key} never attached at "
+                              f"{router_of(label)}")
 
     # ------------------------------------------------------------------ subscribers
 
-    def on_send(self, sub: SubClient, send: Send) -> Msg:
+    def on_send(self, sub: SubClient, send: Send, record: int) -> Msg:
+        """A copy for `sub`, sent from its router's record number `record` of the message."""
         msg = self.msg_by_tag(send.tag)
         if sub.detached:
             self.fail(f"{sub.label} got {msg.id} after it detached")
-        if sub.label not in msg.owed:
-            self.fail(f"{sub.label} got {msg.id} (publisher {msg.pub.label}, seq {msg.seq}), "
+        if sub.key not in msg.owed:
+            self.fail(f"{sub.label} got {msg.id} (publisher {msg.pub.key}, seq {msg.seq}), "
                       f"which it was not owed (owed: {sorted(msg.owed)})")
         if send.payload != msg.pub.payload(msg.seq):
             self.fail(f"{sub.label} got {msg.id} with payload {send.payload!r}")
         if sub.credit <= 0:
             self.fail(f"{sub.label} got {msg.id} without credit")
         copies = sub.copies.get(msg.id, 0)
-        if sub.processed.get(msg.id):
-            self.fail(f"{sub.label} got {msg.id} again (attempt {send.attempt}) after it had "
-                      "accepted it: a duplicate")
-        if copies != sub.releases.get(msg.id, 0):
-            self.fail(f"{sub.label} got {msg.id} a {copies + 1}. time, having asked for "
-                      f"{sub.releases.get(msg.id, 0)} redeliveries: a duplicate not asked for")
-        if send.attempt != copies:
-            self.fail(f"{sub.label} got copy {copies + 1} of {msg.id} flagged attempt "
-                      f"{send.attempt}")
-        # A pre-settled publisher delivery goes pre-settled to local subscribers only: other
-        # routers deliver it unsettled (best effort there too).
-        settled = sub.presettled or (msg.presettled and msg.pub.router is sub.router)
+        source = (sub.router.id, sub.router.inc, record)
+        before = sub.sources.get(msg.id)
+        if before is not None and before[0] != source:
+            # Its router forgot the record it sent the earlier copies from, and took a resend
+            # for a new message: only after its publisher resent it (too late for the router:
+            # reconnect-timeout) may that happen, and then the subscriber may get it again.
+            if msg.resends == 0 and sub.strict:
+                self.fail(f"{sub.label} got {msg.id} from a second record at {sub.router.id} "
+                          "although its publisher never resent it")
+            sub.dup_ok.add(msg.id)
+            self.stats.new_records += 1
+        from_here = before[1] if before is not None and before[0] == source else 0
+        sub.sources[msg.id] = (source, from_here + 1)
+        asked = sub.releases.get(msg.id, 0)
+        if sub.strict and msg.id not in sub.dup_ok:
+            if sub.processed.get(msg.id):
+                self.fail(f"{sub.label} got {msg.id} again (attempt {send.attempt}) after it "
+                          "had accepted it: a duplicate")
+            if copies != asked:
+                self.fail(f"{sub.label} got {msg.id} a {copies + 1}. time, having asked for "
+                          f"{asked} redeliveries: a duplicate not asked for")
+        if sub.strict and send.attempt != from_here:
+            self.fail(f"{sub.label} got copy {from_here + 1} of {msg.id} from its router's "
+                      f"record flagged attempt {send.attempt}")
+        if not (sub.strict and msg.id not in sub.dup_ok) and (
+                sub.processed.get(msg.id) or sub.answers.get(msg.id) is not None):
+            self.stats.raw_duplicates += 1
+            sub.raw_duplicates += 1
+        # A pre-settled publisher delivery goes pre-settled to the subscribers of its origin
+        # only: other routers deliver it unsettled (best effort there too).
+        settled = sub.presettled or (msg.presettled and msg.origin is sub.router)
         if send.settled != settled:
             self.fail(f"{sub.label} got {msg.id} settled={send.settled}, expected {settled}")
         sub.copies[msg.id] = copies + 1
-        if copies == 0:
+        if copies == 0 and sub.key in msg.extras:
+            self.stats.first_deliveries += 1  # owed by a rebuilt resend: no order to keep
+        elif copies == 0:
             self.stats.first_deliveries += 1
-            last = sub.last_seq.get(msg.pub.label, 0)
+            last, last_from = sub.last_seq.get(msg.pub.key, (0, msg.sent_from))
             if msg.seq <= last:
-                self.fail(f"{sub.label} got first deliveries out of publish order: "
-                          f"{msg.pub.label} seq {msg.seq} after seq {last}")
-            sub.last_seq[msg.pub.label] = msg.seq
+                if msg.sent_from == last_from:
+                    self.fail(f"{sub.label} got first deliveries out of publish order: "
+                              f"{msg.pub.key} seq {msg.seq} after seq {last}")
+                # The two were last sent from different routers (their publisher moved in
+                # between): nothing orders the old origin's traffic against the new one's.
+                self.stats.order_exempt += 1
+            else:
+                sub.last_seq[msg.pub.key] = (msg.seq, msg.sent_from)
         else:
             self.stats.redeliveries += 1
         return msg
@@ -224,6 +401,21 @@ class Checker:
             self.fail(f"{sub.label} processed {msg.id} twice")
         sub.processed[msg.id] = 1
         self.stats.processed += 1
+
+    def on_suppressed(self, sub: SubClient, msg: Msg) -> None:
+        """A copy of a message the subscriber had answered: answered again from its store."""
+        if sub.strict and msg.id not in sub.dup_ok:
+            self.fail(f"{sub.label} (it never lost a link) got {msg.id} again after answering")
+        self.stats.suppressed += 1
+        sub.suppressed += 1
+
+    def on_lost_settled(self, sub: SubClient, send: Send) -> None:
+        """A pre-settled copy (at most once) sent on a link its subscriber had lost."""
+        msg = self.msg_by_tag(send.tag)
+        if not (sub.presettled or msg.presettled):
+            self.fail(f"a settled copy of {msg.id} for {sub.key}, which is not at-most-once")
+        sub.lost_settled.add(msg.id)
+        self.stats.lost_settled += 1
 
     def on_settle_copy(self, sub: SubClient, action: SettleCopy) -> None:
         if action.tag not in sub.router_unsettled:
@@ -249,11 +441,13 @@ class Checker:
         if isinstance(out, Accepted):
             self.stats.accepted += 1
             if msg.mode == ALL:
-                for label, sub in msg.owed.items():
-                    if sub.processed.get(msg.id) != 1:
+                for key, sub in msg.required.items():
+                    if sub.processed.get(msg.id) != 1 and msg.id not in sub.lost_settled:
                         self.fail(f"{pub.label} told accepted for {msg.id} (mode all, owed "
-                                  f"{sorted(msg.owed)}) but {label} did not accept it")
-            elif msg.owed and not any(s.processed.get(msg.id) for s in msg.owed.values()):
+                                  f"{sorted(msg.required)}{' rebuilt' if msg.rebuilt else ''})"
+                                  f" but {key} did not accept it{self._whereabouts(sub)}")
+            elif msg.required and not any(s.processed.get(msg.id) or msg.id in s.lost_settled
+                                          for s in msg.owed.values()):
                 self.fail(f"{pub.label} told accepted for {msg.id} (mode some) but none of "
                           f"{sorted(msg.owed)} accepted it")
         elif isinstance(out, Rejected):
@@ -272,12 +466,81 @@ class Checker:
                 if label not in info.get("reasons", {}):
                     self.fail(f"failure of {msg.id} gives no reason for {label}")
             self._check_status(msg, info, f"{pub.label}'s outcome for {msg.id}")
+            for label in failed:
+                self._check_reason(msg, label, info["reasons"][label])
             if msg.mode != ALL and info.get("succeeded"):
                 self.fail(f"{msg.id} (mode some) failed although {info['succeeded']} succeeded")
             if info.get("delivery_id") != msg.id:
                 self.fail(f"failure of {msg.id} carries delivery_id {info.get('delivery_id')}")
         else:
             self.fail(f"{pub.label} got outcome {out!r}")
+
+    def _whereabouts(self, sub: SubClient) -> str:
+        return (f" ({sub.label}: history {sub.history}, strict {sub.strict}, "
+                f"{'gone' if sub.gone else 'away' if sub.away else 'attached'}, "
+                f"away spans {[(round(a, 3), round(b, 3)) for a, b in sub.away_spans]})")
+
+    def _check_reason(self, msg: Msg, label: str, reason: str) -> None:
+        """A failure names `label` with `reason`: is it true of that subscriber?"""
+        world = self.world
+        sub = msg.owed[key_of(label)]
+        where = f"the failure of {msg.id} names {label} ({reason!r})"
+        processed = bool(sub.processed.get(msg.id))
+        said = sub.said.get(msg.id, set())
+        # Reasons an answer can lose against: a deadline, or a router that went (its verdict
+        # died with it, or is still on its way).
+        in_flight = any(w in reason for w in ("ttl", "unreachable", "which restarted",
+                                              "did not reattach"))
+        if processed:
+            if sub.strict and not in_flight and msg.id not in sub.dup_ok:
+                self.fail(f"{where}, but it had processed it{self._whereabouts(sub)}")
+            self.stats.failed_but_processed += 1
+        m = TIMEOUT_REASON.search(reason)
+        if m:
+            self.stats.timeout_failures += 1
+            timeout = float(m.group(1))
+            if sub.gone:
+                return  # it left for good (closed, or died): true whatever the timing
+            if not self._network_clean():
+                return  # gossip of its return may be seconds late: not checkable here
+            self.stats.timeout_checked += 1
+            spans = list(sub.away_spans)
+            if sub.away and sub.lost_at is not None:
+                spans.append((sub.lost_at, float("inf")))
+            for lost, back in spans:
+                # The router's clock starts when it notices (a crash: when it hears of the
+                # restart), never before the subscriber lost its link.
+                if back - lost >= timeout - AWAY_SLACK:
+                    return
+            self.fail(f"{where}, but it was not away that long: away "
+                      f"{[(round(a, 3), round(b, 3)) for a, b in spans]}"
+                      f"{self._whereabouts(sub)}")
+        elif reason.startswith("rejected it"):
+            if Disposition.REJECTED not in said:
+                self.fail(f"{where}, but it never rejected it (it said {sorted(said)})")
+        elif reason.startswith("released it"):
+            if not said & {Disposition.RELEASED, Disposition.MODIFIED}:
+                self.fail(f"{where}, but it never released it (it said {sorted(said)})")
+        elif reason.startswith("said it can never take it here"):
+            if Disposition.UNDELIVERABLE not in said:
+                self.fail(f"{where}, but it never said so (it said {sorted(said)})")
+        elif "ttl" in reason:
+            if not msg.ttl_ms:
+                self.fail(f"{where}, but it has no ttl")
+        elif "which restarted" in reason:
+            if not world.crashed.get(router_of(label)):
+                self.fail(f"{where}, but {router_of(label)} never crashed")
+        elif "unreachable for" in reason:
+            if not (world.ever_cut or world.crashed):
+                self.fail(f"{where}, but no router was ever cut off or down")
+        elif reason in ("detached before accepting it",
+                        "was no longer attached when the message arrived"):
+            if sub.strict and not sub.gone:
+                self.fail(f"{where}, but it is attached and never left"
+                          f"{self._whereabouts(sub)}")
+        else:
+            self.stats.unknown_reasons += 1
+            self.note(f"{where}: a reason the checker does not know")
 
     def on_credit(self, pub: PubClient, amount: int) -> None:
         if pub.detached:
@@ -310,7 +573,8 @@ class Checker:
             for msg in pub.undecided.values():
                 if msg.tracked and msg.outcome is None:
                     problems.append(f"{pub.label}'s {msg.id} (seq {msg.seq}, owed "
-                                    f"{sorted(msg.owed)}, published t={msg.published_at:.3f}) "
+                                    f"{sorted(msg.owed)}, published t={msg.published_at:.3f}"
+                                    f"{f', resent {msg.resends}x' if msg.resends else ''}) "
                                     "never got an outcome")
             if pub.decided:
                 problems.append(f"{pub.label} still holds {len(pub.decided)} decided deliveries "
@@ -341,16 +605,17 @@ class Checker:
         for msg in self.msgs.values():
             if msg.ttl_ms and msg.decided_at is not None:
                 # The origin fails what is still pending when the ttl runs out (docs: checked
-                # within 50 ms of the deadline), wherever the subscribers are.
-                late = msg.decided_at - (msg.published_at + msg.ttl_ms / 1000.0)
+                # within 50 ms of the deadline), wherever the subscribers are. A resend starts
+                # the ttl again at its new origin.
+                late = msg.decided_at - (msg.sent_at + msg.ttl_ms / 1000.0)
                 if late > 0.05:
                     problems.append(f"{msg.id} with ttl {msg.ttl_ms} ms published "
-                                    f"t={msg.published_at:.3f} got its outcome only at "
-                                    f"t={msg.decided_at:.3f}")
+                                    f"t={msg.published_at:.3f} (last sent t={msg.sent_at:.3f}) "
+                                    f"got its outcome only at t={msg.decided_at:.3f}")
             if isinstance(msg.outcome, Accepted) and msg.mode == ALL:
-                for label, sub in msg.owed.items():
-                    if sub.processed.get(msg.id) != 1:
-                        problems.append(f"{msg.id} accepted but {label} processed it "
+                for key, sub in msg.required.items():
+                    if sub.processed.get(msg.id) != 1 and msg.id not in sub.lost_settled:
+                        problems.append(f"{msg.id} accepted but {key} processed it "
                                         f"{sub.processed.get(msg.id, 0)} times")
         if problems:
             shown = problems[:12]
@@ -361,7 +626,8 @@ class Checker:
 def describe_record(rec: Any) -> str:
     """One line about a live engine record, for a person reading a failure."""
     copies = ", ".join(f"{c.sub.label}:{c.state.name}" for c in rec.copies.values())
-    peers = ", ".join(f"{p.router}:{p.state.name}" for p in rec.peers.values())
+    peers = ", ".join(f"{p.key}@{p.router}:{p.state.name}" for p in rec.peers.values())
     who = rec.publisher.label if rec.publisher is not None else f"origin {rec.origin}"
     return (f"{rec.id[:8]} from {who}: outcome={rec.outcome!s:.20} pub_settled={rec.pub_settled} "
-            f"pending={rec.pending} copies[{copies}] peers[{peers}]")
+            f"pending={rec.pending} copies[{copies}] peers[{peers}]"
+            f"{f' orphan until {rec.orphan_until:.3f}' if rec.orphan_until else ''}")
