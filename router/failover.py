@@ -27,7 +27,7 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from .actions import ACCEPTED, CloseLink, Decide, Forward, Outcome, Subscribed, Verdict
+from .actions import CloseLink, Decide, Forward, Outcome, Subscribed, Verdict
 from .records import CopyState, PartState, PeerPart, Publisher, Record, Subscriber
 from .topics import matches
 
@@ -65,7 +65,8 @@ class FailoverMixin:
         self._holds: list[tuple[float, int]] = []  # (deadline, sid): placeholder holds
         # Outcomes of forgotten records, by delivery id, oldest first, for resends.
         self._tombstones: OrderedDict[str, Outcome] = OrderedDict()
-        self._stone_keys: dict[str, tuple[str, ...]] = {}  # whom a tombstone answers for
+        # Whom a tombstone answers for: the subscribers that accepted, and those that failed.
+        self._stone_keys: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {}
         self._now = 0.0
 
     # ------------------------------------------------------------------ where subscribers are
@@ -106,7 +107,9 @@ class FailoverMixin:
         # Resend what it is owed elsewhere, moved or not as far as we can tell: the news that
         # it left its old router may have come first (a subscriber that is not warm), and its
         # old router, when our message gets there, leaves it to us ("it lives elsewhere").
-        self._retarget(key, router)
+        # A new generation at the same router also gets the resends: that router may have
+        # dropped its copies when the subscriber left in between (we may not have heard).
+        self._retarget(key, router, force=cur is None or cur[0] != gen)
 
     def remote_subscriber_removed(self: Engine, router: str, key: str) -> None:
         """Gossip: `key` left `router` for good (or moved on, which `_where` already says)."""
@@ -170,7 +173,12 @@ class FailoverMixin:
             del rec.copies[sub.sid]
             rec.pending -= 1
             if rec.origin is None and not rec.presettled:
-                self._owe_remote(rec, sub.key, router)
+                if rec.orphan_until is None:
+                    self._owe_remote(rec, sub.key, router)
+                else:  # owed there, sent if its publisher resumes here (_resend_parts)
+                    rec.peers[sub.key] = PeerPart(None, sub.key, router)
+                    rec.pending += 1
+                    self._mesh_records[(self.config.router_id, rec.id)] = rec
             self._decide(rec)
             self._maybe_forget(rec)
 
@@ -202,12 +210,15 @@ class FailoverMixin:
                 self._orphan(rec)
             old.records.clear()
 
-    def _retarget(self: Engine, key: str, router: str) -> None:
+    def _retarget(self: Engine, key: str, router: str, force: bool = False) -> None:
         """`key` now lives at `router`: resend there, in publish order, every message of ours
-        it has not answered for yet."""
+        it has not answered for yet (with `force`, also those already sent there)."""
+        # Not an orphan's: its publisher may have resumed elsewhere, whose router is the
+        # origin now; the orphan only waits (and stops at its deadline).
         owed = sorted((rec for rec in self.records.values()
                        if (p := rec.peers.get(key)) is not None
-                       and p.state == PartState.PENDING and p.router != router),
+                       and p.state == PartState.PENDING and (force or p.router != router)
+                       and rec.orphan_until is None),
                       key=lambda r: r.seq)
         for rec in owed:
             part = rec.peers[key]
@@ -305,12 +316,19 @@ class FailoverMixin:
         heapq.heappush(self._orphans, (rec.orphan_until, rec.seq))
 
     def _adopt(self: Engine, rec: Record) -> None:
-        """A resend found `rec`: it is nobody's orphan any more."""
+        """A resend found `rec`: it is nobody's orphan any more. It is numbered anew, as if it
+        arrived now: record numbers give publish order (moves requeue and resend by them),
+        and resends come in publish order, after whatever this router already had."""
         rec.orphan_until = None
         if rec.origin is not None:
             self._mesh_records.pop((rec.origin, rec.id), None)
             rec.origin = None
         self.stats.adopted += 1
+        del self.records[rec.seq]
+        rec.seq = self._next_seq()
+        self.records[rec.seq] = rec
+        if rec.expires is not None:
+            heapq.heappush(self._expiry, (rec.expires, rec.seq))
 
     def _resend_from_publisher(
         self: Engine, pub: Publisher, tag: bytes, ttl_ms: int | None, settled: bool
@@ -332,6 +350,8 @@ class FailoverMixin:
                 self._publisher_done(rec)
                 return True
             pub.records[tag] = rec
+            if published_here:
+                self._resend_parts(rec)
             decided = rec.outcome
             if rec.peers or (not published_here and self._remote_owed(rec)):
                 rec.outcome = None  # it answers to this publisher across the mesh now
@@ -352,6 +372,17 @@ class FailoverMixin:
             self._hold_for_settlement(pub, done, self._tombstones[msg_id])
             return True
         return False
+
+    def _resend_parts(self: Engine, rec: Record) -> None:
+        """Our own record comes out of orphanhood: what it owes subscribers that moved
+        meanwhile (it did not follow them while orphaned) goes to where they live now."""
+        me = self.config.router_id
+        for key, part in rec.peers.items():
+            where = self._where.get(key)
+            if part.state == PartState.PENDING and where is not None and where[1] != me \
+                    and part.router != where[1]:
+                part.router = part.last = where[1]
+                self._send_part(rec, key, where[1])
 
     def _owe_new_locals(self: Engine, rec: Record) -> int:
         """Owe an adopted record to the local subscribers that match it now and have no copy
@@ -399,11 +430,14 @@ class FailoverMixin:
         rec = self._mesh_records.get((origin, msg_id))
         if rec is None:
             rec = self._by_id.get(msg_id)
+            if rec is not None and rec.publisher is not None and not rec.pub_settled:
+                self._release_from_publisher(rec)
             if rec is None or rec.publisher is not None or rec.pub_settled:
                 if rec is None and msg_id in self._tombstones:
                     # It answers only for the subscribers the forgotten record had: one that
                     # attached (or moved) here since is owed a copy, as for a new message.
-                    had = self._stone_keys.get(msg_id, ())
+                    good, bad = self._stone_keys.get(msg_id, ((), ()))
+                    had = good + bad
                     answered = [k for k in owed if k in had]
                     if answered:
                         self._actions.append(self._stone_verdict(origin, msg_id, answered))
@@ -428,14 +462,29 @@ class FailoverMixin:
         return []
 
     def _stone_verdict(self: Engine, origin: str, msg_id: str, keys: list[str]) -> Verdict:
-        """The answer a tombstone gives for `keys`, named as subscribers of this router."""
-        if self._tombstones[msg_id] is ACCEPTED:
+        """The answer a tombstone gives for `keys`: who accepted and who failed, named as
+        subscribers of this router."""
+        good = set(self._stone_keys.get(msg_id, ((), ()))[0])
+        if all(k in good for k in keys):
             return Verdict(origin, msg_id, True, {}, keys)
-        labels = [f"{k}@{self.config.router_id}" for k in keys]
-        why = "was owed it when it failed before (answered from a record of its outcome)"
-        status = {"succeeded": [], "failed": labels, "pending": [],
-                  "reasons": dict.fromkeys(labels, why)}
+        me = self.config.router_id
+        failed = [f"{k}@{me}" for k in keys if k not in good]
+        why = "did not accept it before (answered from a record of its outcome)"
+        status = {"succeeded": [f"{k}@{me}" for k in keys if k in good], "failed": failed,
+                  "pending": [], "reasons": dict.fromkeys(failed, why)}
         return Verdict(origin, msg_id, False, status, keys)
+
+    def _release_from_publisher(self: Engine, rec: Record) -> None:
+        """Another router resent this message of a publisher still attached here: it moved,
+        whether or not we noticed its old connection die. The record is its old link's no
+        more (it is adopted for the new origin)."""
+        pub = rec.publisher
+        assert pub is not None
+        pub.records.pop(rec.pub_tag, None)
+        pub.live -= 1
+        rec.publisher = None
+        if pub.link in self.publishers:
+            self._refill(pub)
 
     def _drop_parts(self: Engine, rec: Record) -> None:
         for part in rec.peers.values():
@@ -471,7 +520,10 @@ class FailoverMixin:
             return
         stones = self._tombstones
         stones[rec.id] = outcome
-        self._stone_keys[rec.id] = tuple(c.sub.key for c in rec.copies.values())
+        copies = rec.copies.values()
+        self._stone_keys[rec.id] = (
+            tuple(c.sub.key for c in copies if c.state == ACCEPTED_STATE),
+            tuple(c.sub.key for c in copies if c.state == CopyState.FAILED))
         if len(stones) > self.config.tombstones:
             self._stone_keys.pop(stones.popitem(last=False)[0], None)
 
