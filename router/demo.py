@@ -60,7 +60,8 @@ class Router:
 
     def start(self) -> None:
         self.lines = []
-        self.proc = subprocess.Popen(self.args, stderr=subprocess.PIPE, text=True)
+        self.proc = subprocess.Popen(self.args, stderr=subprocess.PIPE, text=True,
+                                     preexec_fn=_die_with_parent)
         threading.Thread(target=self._read, args=(self.proc, self.lines), daemon=True).start()
 
     @staticmethod
@@ -128,6 +129,17 @@ class DemoPub:
 
     def ids(self) -> list[str]:
         return [f"{self.name}:{i}" for i in range(1, self.count + 1)]
+
+
+def _die_with_parent() -> None:
+    """In the router's process before exec: SIGKILL it if the demo dies (say, killed by a
+    timeout) so that no router outlives it (Linux prctl PR_SET_PDEATHSIG)."""
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except OSError:
+        pass  # not Linux: the demo's own cleanup still stops them
 
 
 def _free_ports(n: int) -> list[int]:
