@@ -69,6 +69,11 @@ BACKOFF_MAX = 1.0
 ATTEMPT_TIMEOUT = 5.0  # one connection attempt that has not attached by then is abandoned
 RESUME_ACCEPTED_MAX = 256  # a subscriber declares at most this many accepted tags (an
 # attach frame must fit the router's max frame size, 32 KiB by default) ...
+# AMQP idle timeout the clients ask for: a router that hangs without closing its sockets (a
+# frozen process, a dead host) is noticed within about twice this, and the client fails
+# over. 1 s keeps that under 3 s (measured 2.06 s, benchmarks/failover.py --scenarios
+# sub-freeze,pub-freeze); the price is an empty frame from the router every half second.
+IDLE_TIMEOUT = 1.0
 RESUME_ACCEPTED_AGE = 60.0  # ... accepted in the last this many seconds
 # A link refused or closed with one of these will be refused again: reconnecting cannot help.
 FATAL_CONDITIONS = frozenset({
@@ -550,7 +555,7 @@ class Publisher(_ClientLoop):
         window: int = 100,
         on_outcome: Callable[[int, Outcome], None] | None = None,
         connect_timeout: float | None = None,
-        idle_timeout: float = 10.0,
+        idle_timeout: float = IDLE_TIMEOUT,
         mode: str | None = None,
         synchronous: str = "NORMAL",
     ) -> None:
@@ -886,7 +891,7 @@ class Subscriber(_ClientLoop):
         prefetch: int = 100,
         keep_processed: float = 24 * 3600.0,
         connect_timeout: float | None = None,
-        idle_timeout: float = 10.0,
+        idle_timeout: float = IDLE_TIMEOUT,
         synchronous: str = "NORMAL",
     ) -> None:
         try:

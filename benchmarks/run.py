@@ -8,6 +8,10 @@ checks that every subscriber got every message exactly once.
     python -m benchmarks.run            # 1 pub -> 1 sub, 1 pub -> 4 subs, 20000 msgs each
     python -m benchmarks.run --quick    # a few seconds; a smoke check (exit 1 on failure)
     python -m benchmarks.run --publishers 2 --count 50000 --window 500
+
+See also `python -m benchmarks.failover` (SDK clients across a router SIGKILL: time to the
+first delivery and to full recovery) and `python -m benchmarks.sdk_throughput` (the client
+SDK next to plain proton clients on one router).
 """
 
 from __future__ import annotations
