@@ -520,10 +520,16 @@ class FailoverMixin:
             return
         stones = self._tombstones
         stones[rec.id] = outcome
-        copies = rec.copies.values()
-        self._stone_keys[rec.id] = (
-            tuple(c.sub.key for c in copies if c.state == ACCEPTED_STATE),
-            tuple(c.sub.key for c in copies if c.state == CopyState.FAILED))
+        if rec.copies:  # who accepted, who failed (the usual single copy without loops)
+            if len(rec.copies) == 1:
+                for c in rec.copies.values():
+                    keys = ((c.sub.key,), ()) if c.state == ACCEPTED_STATE else (
+                        ((), (c.sub.key,)) if c.state == CopyState.FAILED else ((), ()))
+            else:
+                copies = rec.copies.values()
+                keys = (tuple(c.sub.key for c in copies if c.state == ACCEPTED_STATE),
+                        tuple(c.sub.key for c in copies if c.state == CopyState.FAILED))
+            self._stone_keys[rec.id] = keys
         if len(stones) > self.config.tombstones:
             self._stone_keys.pop(stones.popitem(last=False)[0], None)
 
