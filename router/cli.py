@@ -65,6 +65,8 @@ def _router_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
     p.add_argument("--http", metavar="HOST:PORT",
                    help="serve delivery status and health as JSON over HTTP (default off)")
+    p.add_argument("--mqtt", metavar="HOST:PORT",
+                   help="where to accept MQTT 3.1.1 and 5.0 clients (default off)")
     mesh = p.add_argument_group("mesh (other routers)")
     mesh.add_argument("--listen", metavar="HOST:PORT", help="where peer routers connect")
     mesh.add_argument("--connect", metavar="HOST:PORT", action="append",

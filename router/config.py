@@ -59,6 +59,7 @@ class RouterConfig:
     resume_timeout: float = 5.0
     log_level: str = "info"
     http: HostPort | None = None  # the status endpoint (router/status.py); off by default
+    mqtt: HostPort | None = None  # MQTT 3.1.1 / 5.0 clients (mqtt_edge/server.py); off by default
     # the mesh
     listen: HostPort | None = None  # where peer routers connect to us
     connect: tuple[HostPort, ...] = ()  # peer routers we connect to
@@ -196,6 +197,7 @@ OPTIONS: dict[str, tuple[str, Any, str]] = {
     "log-level": ("log_level", _choice("debug", "info", "warning", "error"),
                   "debug, info, warning or error"),
     "http": ("http", None, "HOST:PORT"),
+    "mqtt": ("mqtt", None, "HOST:PORT"),
     "listen": ("listen", None, "HOST:PORT"),
     "connect": ("connect", None, "a list of HOST:PORT"),
     "cluster": ("cluster", _router_id, "1-64 letters, digits, '-', '_' or '.'"),
@@ -243,7 +245,7 @@ def build(file_options: dict[str, Any], flag_options: dict[str, Any]) -> RouterC
     values: dict[str, Any] = {}
     for name, raw in merged.items():
         field_name, convert, allowed = OPTIONS[name]
-        if name in ("amqp", "http", "listen"):
+        if name in ("amqp", "http", "listen", "mqtt"):
             values[field_name] = parse_hostport(raw, name)
             continue
         if name == "connect":

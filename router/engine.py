@@ -433,9 +433,17 @@ class Engine(FailoverMixin):
         mode: str | None = None,
         ttl_ms: int | None = None,
         now: float = 0.0,
+        address: str | None = None,
+        resend: bool = False,
     ) -> None:
         """A publisher's delivery arrived whole. `mode` is the per-message override
-        (`x-opt-delivery-mode`), `ttl_ms` the header's time to live."""
+        (`x-opt-delivery-mode`), `ttl_ms` the header's time to live.
+
+        `address` is this message's topic, for a publisher whose messages go to many topics
+        (an MQTT client); by default the link's address. `resend` says the delivery may be a
+        resend of one the mesh already has (an MQTT PUBLISH with DUP=1): a live record of it
+        is adopted, but it is never answered from a tombstone, since MQTT packet ids are
+        reused and an old outcome for the same id may belong to another message."""
         pub = self.publishers.get(link)
         if pub is None:
             return
@@ -456,12 +464,21 @@ class Engine(FailoverMixin):
             )
             return
         self._now = now
-        resend = False
+        declared, resend = resend, False
         if pub.resends and tag in pub.resends:
             pub.resends.discard(tag)
             if self._resend_from_publisher(pub, tag, ttl_ms, settled):
                 return
             resend = True
+        elif declared and not settled:
+            live = self._by_id.get(self._tag_for(pub, tag).decode())
+            # Only a live record of its own, orphaned by a lost connection (the first case
+            # of `_resend_from_publisher`); never its tombstone branch.
+            if live is not None and live.publisher is None and not live.pub_settled \
+                    and live.origin is None:
+                if self._resend_from_publisher(pub, tag, ttl_ms, settled):
+                    return
+                resend = True
         self.stats.received += 1
         if mode not in MODES:
             mode = pub.mode
@@ -474,11 +491,13 @@ class Engine(FailoverMixin):
             out_tag = outgoing_tag(pub.ident.container, pub.ident.name, tag + b"#%d" % seq)
         expires = now + ttl_ms / 1000.0 if ttl_ms else None
         rec = Record(seq, pub, tag, out_tag, payload, mode, settled, expires)
-        matched = self._index.match(pub.address)
+        if address is not None:
+            rec.address = address
+        matched = self._index.match(rec.address)
         if resend:
-            remote = self._resend_matches(pub.address)
+            remote = self._resend_matches(rec.address)
         else:
-            remote = self._remote.match(pub.address) if len(self._remote) else ()
+            remote = self._remote.match(rec.address) if len(self._remote) else ()
         if not matched and not remote:
             self._no_subscribers(pub, rec)
             return
@@ -761,7 +780,7 @@ class Engine(FailoverMixin):
         if self.config.no_subscribers == "reject":
             outcome: Outcome = Rejected(
                 NO_SUBSCRIBERS,
-                f"no subscriber matches topic {pub.address!r}; subscribe first, or set the "
+                f"no subscriber matches topic {rec.address!r}; subscribe first, or set the "
                 f"router's no-subscribers policy to 'accept'",
                 {"succeeded": [], "failed": [], "pending": [], "delivery_id": rec.id},
             )

@@ -109,6 +109,12 @@ class Node:
                 http = await _listening(nursery, "http", "HTTP status", serve_status, self,
                                         self.config.http)
                 http_note = ", http {}:{}".format(*http[0].socket.getsockname()[:2])
+            if self.config.mqtt is not None:  # the MQTT edge (mqtt_edge/server.py)
+                from mqtt_edge.server import serve_mqtt
+
+                mqtt = await _listening(nursery, "mqtt", "MQTT", serve_mqtt, self,
+                                        self.config.mqtt)
+                http_note += ", mqtt {}:{}".format(*mqtt[0].socket.getsockname()[:2])
             nursery.start_soon(self._timer)
             addr = listeners[0].socket.getsockname()
             mesh_note = f", mesh {self.config.listen}" if self.config.listen else ""

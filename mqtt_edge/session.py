@@ -1,0 +1,786 @@
+"""One MQTT client connection and the session it carries, as a sans-IO state machine.
+
+Bytes in (`receive`), bytes out (`take_output`), engine calls and the engine's actions
+(`apply`) in between; `mqtt_edge.server` owns the socket. The mapping onto the mesh (see
+docs/mqtt.md):
+
+- The client's PUBLISHes go through one engine publisher link per connection, identity
+  (client id, "mqtt"), each message with its own topic (`Engine.message(address=...)`). The
+  delivery tag of a QoS 1/2 message is its packet id, so a PUBLISH resent with DUP=1 after a
+  reconnect finds the record the mesh still has. QoS 0 is a pre-settled message.
+- QoS 1 is answered with PUBACK, QoS 2 with PUBREC, only when the engine decides (every
+  matched subscriber accepted, or the first failure); PUBREL settles the delivery
+  (`publisher_settled`) and is answered with PUBCOMP.
+- Each subscription is one engine subscriber, identity (client id, "mqtt/" + filter). A QoS 0
+  subscription is a pre-settled subscriber; QoS 1 PUBACK and QoS 2 PUBREC mean accepted. The
+  router sends PUBREL at once after PUBREC (it never takes a QoS 2 message back) and frees the
+  packet id on PUBCOMP. The client's receive-maximum is the credit shared by its QoS 1/2
+  subscriptions.
+- A session with clean start off and an expiry (5.0), or clean session off (3.1.1), makes its
+  subscriptions warm subscribers: what arrives while the client is away waits for it.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+from collections import deque
+from typing import TYPE_CHECKING, Any
+
+from router.actions import Accepted, CloseLink, Credit, Decide, Send, SettleCopy
+from router.engine import NO_SUBSCRIBERS, Disposition
+from router.records import ALL, LinkIdentity
+
+from . import mapping
+from .codec import MQTT_5, Decoder, ProtocolError, encode
+from .packets import (
+    EMPTY_PROPERTIES,
+    ConnAck,
+    Connect,
+    Disconnect,
+    PingReq,
+    PingResp,
+    Properties,
+    PubAck,
+    PubComp,
+    Publish,
+    PubRec,
+    PubRel,
+    SubAck,
+    Subscribe,
+    UnsubAck,
+    Unsubscribe,
+)
+from .reason_codes import ReasonCode as RC
+from .reason_codes import reason_name
+
+if TYPE_CHECKING:
+    from router.node import Node
+
+log = logging.getLogger("exactmesh.mqtt")
+
+PUBLISHER_LINK = "mqtt"
+SUBSCRIBER_PREFIX = "mqtt/"
+WINDOW_311 = 100  # in-flight QoS 1/2 messages toward a 3.1.1 client (it has no receive-maximum)
+QOS0_CREDIT = 1000  # engine credit of a QoS 0 subscription, topped up as output drains
+OUTPUT_HIGH = 256 * 1024  # bytes of unsent output above which QoS 0 credit is not topped up
+REASON_STRING_MAX = 1000
+NEVER_EXPIRES = 0xFFFFFFFF
+CONNECT_TIMEOUT = 10.0  # seconds a new connection has to send CONNECT
+
+
+def _sessions(node: Node) -> dict[str, SessionState]:
+    """The router's MQTT sessions by client id (kept on the node, which outlives connections)."""
+    registry = getattr(node, "mqtt_sessions", None)
+    if registry is None:
+        registry = {}
+        node.mqtt_sessions = registry  # type: ignore[attr-defined]
+    return registry
+
+
+class SessionState:
+    """What the server keeps of a client's session, across its connections while the session
+    lasts (MQTT 5.0 section 4.1)."""
+
+    __slots__ = (
+        "client_id", "conn", "expires_at", "expiry", "in_rec", "next_pid", "out", "out_rel",
+        "persistent", "pid_by_copy", "subs",
+    )
+
+    def __init__(self, client_id: str) -> None:
+        self.client_id = client_id
+        self.conn: MqttConnection | None = None
+        self.persistent = False
+        self.expiry = 0.0  # seconds the session outlives its connection
+        self.expires_at: float | None = None
+        self.subs: dict[str, int] = {}  # topic filter -> granted QoS
+        # QoS 2 PUBLISHes from the client answered with PUBREC, waiting for PUBREL: pid ->
+        # the reason code sent (a PUBLISH with the same pid is answered again, not delivered).
+        self.in_rec: dict[int, int] = {}
+        # Outgoing QoS 1/2 PUBLISHes waiting for PUBACK / PUBREC: pid -> (filter, tag, qos).
+        self.out: dict[int, tuple[str, bytes, int]] = {}
+        self.out_rel: set[int] = set()  # PUBREL sent, waiting for PUBCOMP
+        self.pid_by_copy: dict[tuple[str, bytes], int] = {}  # a resent copy keeps its pid
+        self.next_pid = 1
+
+    def alloc_pid(self) -> int:
+        pid = self.next_pid
+        for _ in range(65535):
+            if pid not in self.out and pid not in self.out_rel:
+                break
+            pid = pid % 65535 + 1
+        else:
+            raise RuntimeError("no free packet identifier")
+        self.next_pid = pid % 65535 + 1
+        return pid
+
+
+class PubLink:
+    """The engine publisher link of a connection."""
+
+    __slots__ = ("credit", "id", "is_publisher")
+
+    def __init__(self, link_id: int) -> None:
+        self.id = link_id
+        self.is_publisher = True
+        self.credit = 0
+
+
+class SubLink:
+    """The engine subscriber link of one subscription."""
+
+    __slots__ = ("filter", "id", "is_publisher", "q0_left", "qos")
+
+    def __init__(self, link_id: int, topic_filter: str, qos: int) -> None:
+        self.id = link_id
+        self.is_publisher = False
+        self.filter = topic_filter
+        self.qos = qos
+        self.q0_left = 0
+
+
+class MqttConnection:
+    def __init__(self, node: Node, peer: str) -> None:
+        self.node = node
+        self.engine = node.engine
+        self.peer = peer
+        cfg = node.config
+        self.max_packet = max(64, cfg.max_message_size)
+        self.decoder = Decoder(self.max_packet)
+        self.version = 0
+        self.out = bytearray()
+        self.on_output: Any = None  # set by the server: wakes the writer
+        self.on_resume: Any = None  # set by the server: the reader may read again
+        self.closing = False  # close the socket once the output is written
+        self.connected = False  # CONNACK sent
+        self.session: SessionState | None = None
+        self.client_id = ""
+        self.keep_alive = 0.0
+        self.last_heard = node.now()
+        self.pub: PubLink | None = None
+        self.subs: dict[str, SubLink] = {}
+        self.held: deque[Any] = deque()  # packets waiting for publisher credit
+        # Incoming QoS 1/2 PUBLISHes not answered yet: tag -> (pid, qos).
+        self.awaiting: dict[bytes, tuple[int, int]] = {}
+        self.receive_max = min(cfg.publisher_window, 65535)
+        self.client_receive_max = WINDOW_311
+        self.client_max_packet = 0
+        self.problem_info = True
+        self.backlog: deque[tuple[SubLink, Send]] = deque()
+        self._q0_tag = 0
+        self._retain_logged = False
+
+    # ---------------------------------------------------------------- input
+
+    @property
+    def paused(self) -> bool:
+        """The reader must wait: messages are held for publisher credit."""
+        return bool(self.held) or self.closing
+
+    def receive(self, data: bytes) -> None:
+        """Bytes from the client."""
+        if self.closing:
+            return
+        self.last_heard = self.node.now()
+        try:
+            packets = self.decoder.receive(data)
+        except ProtocolError as err:
+            for packet in err.packets:
+                if not self.closing:
+                    self._dispatch(packet)
+            if not self.closing:
+                self._codec_error(err)
+            self.node.flush()
+            return
+        for packet in packets:
+            if self.closing:
+                break
+            if self.held:
+                self.held.append(packet)
+            else:
+                self._dispatch(packet)
+        self.node.flush()
+        self._output()
+
+    def _dispatch(self, p: Any) -> None:
+        kind = type(p)
+        if kind is Publish:
+            self._on_publish(p)
+        elif kind is PubAck:
+            self._on_puback(p)
+        elif kind is PubRec:
+            self._on_pubrec(p)
+        elif kind is PubRel:
+            self._on_pubrel(p)
+        elif kind is PubComp:
+            self._on_pubcomp(p)
+        elif kind is PingReq:
+            self._send(PingResp())
+        elif kind is Connect:
+            self._on_connect(p)
+        elif kind is Subscribe:
+            self._on_subscribe(p)
+        elif kind is Unsubscribe:
+            self._on_unsubscribe(p)
+        elif kind is Disconnect:
+            self._on_disconnect(p)
+        else:  # AUTH: no extended authentication here
+            self._protocol_error(RC.PROTOCOL_ERROR, "AUTH was not asked for: this server "
+                                 "offers no extended authentication")
+
+    def _codec_error(self, err: ProtocolError) -> None:
+        log.warning("mqtt connection %s%s: %s", self.peer, self._who(), err)
+        reply = err.reply(connack_sent=self.connected, reason_string=True)
+        self._close_with(reply)
+
+    def _protocol_error(self, code: int, message: str) -> None:
+        log.warning("mqtt connection %s%s: %s: %s", self.peer, self._who(), reason_name(code),
+                    message)
+        reply = b""
+        if self.version == MQTT_5 and self.connected:
+            reply = encode(Disconnect(code, Properties(reason_string=message[:REASON_STRING_MAX])),
+                           MQTT_5)
+        self._close_with(reply)
+
+    def _who(self) -> str:
+        return f" (client {self.client_id!r})" if self.client_id else ""
+
+    # ---------------------------------------------------------------- CONNECT
+
+    def _on_connect(self, c: Connect) -> None:
+        self.version = c.protocol_level
+        v5 = self.version == MQTT_5
+        props = c.properties
+        client_id = c.client_id
+        assigned = None
+        if not client_id:
+            client_id = assigned = "exactmesh-" + secrets.token_hex(8)
+        self.client_id = client_id
+        self.keep_alive = float(c.keep_alive)
+        if v5:
+            if props.receive_maximum:
+                self.client_receive_max = props.receive_maximum
+            else:
+                self.client_receive_max = 65535
+            self.client_max_packet = props.maximum_packet_size or 0
+            self.problem_info = props.request_problem_information != 0
+            expiry = float(props.session_expiry_interval or 0)
+        else:
+            expiry = 0.0 if c.clean_start else self.node.config.reconnect_timeout
+        if c.will is not None:
+            log.warning("mqtt client %r: its will message (topic %r) is ignored: will messages "
+                        "are not supported yet", client_id, c.will.topic)
+        now = self.node.now()
+        registry = _sessions(self.node)
+        self._sweep(registry, now)
+        old = registry.get(client_id)
+        if old is not None and old.conn is not None:
+            old.conn.taken_over()
+        present = False
+        if old is not None and not c.clean_start and old.persistent:
+            session = old
+            present = True
+        else:
+            if old is not None:
+                self._end_session(old)
+            session = SessionState(client_id)
+        session.persistent = expiry > 0
+        session.expiry = expiry
+        session.expires_at = None
+        session.conn = self
+        registry[client_id] = session
+        self.session = session
+        cprops = EMPTY_PROPERTIES
+        if v5:
+            cprops = Properties(
+                receive_maximum=self.receive_max if self.receive_max < 65535 else None,
+                maximum_packet_size=self.max_packet,
+                retain_available=0,
+                wildcard_subscription_available=None,
+                subscription_identifier_available=0,
+                shared_subscription_available=0,
+                topic_alias_maximum=None,
+                assigned_client_identifier=assigned,
+                server_keep_alive=None,
+            )
+        self._send(ConnAck(present, 0, cprops))
+        self.connected = True
+        log.debug("mqtt client %r connected from %s (MQTT %s, %s session, expiry %g s)",
+                  client_id, self.peer, "5.0" if v5 else "3.1.1",
+                  "resumed" if present else "new", expiry)
+        link_id = self.node.new_link_id()
+        self.pub = PubLink(link_id)
+        self.node.register_link(link_id, self, self.pub)
+        self.engine.attach_publisher(link_id, LinkIdentity(client_id, PUBLISHER_LINK),
+                                     "mqtt", ALL)
+        for topic_filter, qos in session.subs.items():
+            self._attach(topic_filter, qos)
+        # Resend what the client had not completed (MQTT 5.0 section 4.4): PUBRELs now;
+        # the PUBLISHes come again from the warm subscribers' queues, with the same pids.
+        for pid in sorted(session.out_rel):
+            self._send(PubRel(pid))
+        for pid, (topic_filter, _tag, _qos) in list(session.out.items()):
+            if topic_filter not in self.subs:
+                del session.out[pid]
+        self._recredit()
+
+    def _sweep(self, registry: dict[str, SessionState], now: float) -> None:
+        """Forget sessions whose expiry passed while their clients were away."""
+        gone = [s for s in registry.values()
+                if s.conn is None and s.expires_at is not None and s.expires_at <= now]
+        for s in gone:
+            del registry[s.client_id]
+
+    def _end_session(self, session: SessionState) -> None:
+        """A clean start discards the old session: its warm subscriptions end (what they were
+        owed fails, naming them)."""
+        for topic_filter in list(session.subs):
+            link_id = self.node.new_link_id()
+            ident = LinkIdentity(session.client_id, SUBSCRIBER_PREFIX + topic_filter)
+            self.engine.attach_subscriber(link_id, ident, topic_filter, now=self.node.now())
+            self.engine.detach_subscriber(link_id, final=True, now=self.node.now())
+        session.subs.clear()
+
+    # ---------------------------------------------------------------- PUBLISH in
+
+    def _on_publish(self, p: Publish) -> None:
+        pub = self.pub
+        assert pub is not None and self.session is not None
+        props = p.properties
+        if props.topic_alias is not None:
+            self._protocol_error(RC.TOPIC_ALIAS_INVALID, "this server allows no topic aliases "
+                                 "(CONNACK Topic Alias Maximum 0)")
+            return
+        if p.retain:
+            if self.version == MQTT_5:
+                self._protocol_error(RC.RETAIN_NOT_SUPPORTED, "retained messages are not "
+                                     "supported (CONNACK Retain Available 0)")
+                return
+            if not self._retain_logged:
+                self._retain_logged = True
+                log.warning("mqtt client %r: the RETAIN flag is ignored (retained messages are "
+                            "not supported yet); the message is published as a normal one",
+                            self.client_id)
+        qos = p.qos
+        if qos == 0:
+            self._q0_tag += 1
+            tag = b"q0:%d" % self._q0_tag
+        else:
+            pid = p.packet_id
+            tag = pid.to_bytes(2, "big")  # type: ignore[union-attr]
+            if tag in self.awaiting:
+                return  # a resend of one we are still deciding: the answer will come
+            code = self.session.in_rec.get(pid)  # type: ignore[arg-type]
+            if code is not None:
+                if qos == 2:
+                    self._send(PubRec(pid, code))  # type: ignore[arg-type]
+                    return
+                del self.session.in_rec[pid]  # type: ignore[arg-type]
+            if len(self.awaiting) + len(self.session.in_rec) >= self.receive_max:
+                self._protocol_error(RC.RECEIVE_MAXIMUM_EXCEEDED, f"more than "
+                                     f"{self.receive_max} QoS 1/2 PUBLISHes unacknowledged")
+                return
+        if pub.credit <= 0:
+            self.held.append(p)  # wait for the engine's credit; the reader pauses
+            return
+        pub.credit -= 1
+        expiry = props.message_expiry_interval
+        payload = mapping.encode(p.topic, p.payload, qos, props, self.client_id)
+        if qos:
+            self.awaiting[tag] = (p.packet_id, qos)  # type: ignore[assignment]
+        self.engine.message(pub.id, tag, payload, settled=qos == 0,
+                            ttl_ms=expiry * 1000 if expiry else None, now=self.node.now(),
+                            address=p.topic, resend=p.dup)
+
+    def _drain_held(self) -> None:
+        while self.held and not self.closing:
+            p = self.held[0]
+            if type(p) is Publish and self.pub is not None and self.pub.credit <= 0:
+                return
+            self.held.popleft()
+            self._dispatch(p)
+        if not self.held and self.on_resume is not None:
+            self.on_resume()
+
+    def _on_decide(self, tag: bytes, outcome: Any) -> None:
+        entry = self.awaiting.pop(tag, None)
+        if entry is None or self.session is None:
+            return
+        pid, qos = entry
+        code, text = 0, None
+        if type(outcome) is not Accepted:
+            if outcome.condition == NO_SUBSCRIBERS:
+                code = RC.NO_MATCHING_SUBSCRIBERS.value
+            else:
+                code = RC.UNSPECIFIED_ERROR.value
+            text = outcome.description
+            if self.version != MQTT_5:
+                # 3.1.1 cannot carry a failure in PUBACK / PUBREC (docs/mqtt.md): it is
+                # acknowledged, and the failure goes to the log.
+                log.warning("mqtt client %r (MQTT 3.1.1, which cannot be told): message "
+                            "pid %d %s", self.client_id, pid, outcome)
+                code = 0
+        props = EMPTY_PROPERTIES
+        if text and self.version == MQTT_5 and self.problem_info:
+            props = Properties(reason_string=text[:REASON_STRING_MAX])
+        if qos == 1:
+            self._send(PubAck(pid, code, props))
+            self.engine.publisher_settled(self.pub.id, tag)  # type: ignore[union-attr]
+        else:
+            self._send(PubRec(pid, code, props))
+            if code < 0x80:
+                self.session.in_rec[pid] = code
+            else:  # a failed QoS 2 exchange ends with the PUBREC (5.0 section 4.3.3)
+                self.engine.publisher_settled(self.pub.id, tag)  # type: ignore[union-attr]
+
+    def _on_pubrel(self, p: PubRel) -> None:
+        assert self.session is not None
+        code = self.session.in_rec.pop(p.packet_id, None)
+        if code is None:
+            self._send(PubComp(p.packet_id, RC.PACKET_IDENTIFIER_NOT_FOUND.value))
+            return
+        if self.pub is not None:
+            self.engine.publisher_settled(self.pub.id, p.packet_id.to_bytes(2, "big"))
+        self._send(PubComp(p.packet_id))
+
+    # ---------------------------------------------------------------- SUBSCRIBE
+
+    def _on_subscribe(self, s: Subscribe) -> None:
+        assert self.session is not None
+        codes = []
+        for sub in s.subscriptions:
+            f = sub.topic_filter
+            if self.version == MQTT_5 and f.startswith("$share/"):
+                codes.append(RC.SHARED_SUBSCRIPTIONS_NOT_SUPPORTED.value)
+                continue
+            qos = sub.qos
+            old = self.subs.get(f)
+            if old is not None and old.qos == qos:
+                codes.append(qos)
+                continue
+            if old is not None:
+                self._detach(old, final=True)
+            self.session.subs[f] = qos
+            self._attach(f, qos)
+            codes.append(qos)
+        self._send(SubAck(s.packet_id, tuple(codes)))
+        self._recredit()
+
+    def _attach(self, topic_filter: str, qos: int) -> None:
+        assert self.session is not None
+        link_id = self.node.new_link_id()
+        sl = SubLink(link_id, topic_filter, qos)
+        self.subs[topic_filter] = sl
+        self.node.register_link(link_id, self, sl)
+        warm = self.session.expiry if self.session.persistent else None
+        if warm is not None and warm >= NEVER_EXPIRES:
+            warm = float(NEVER_EXPIRES)
+        self.engine.attach_subscriber(
+            link_id, LinkIdentity(self.client_id, SUBSCRIBER_PREFIX + topic_filter),
+            topic_filter, presettled=qos == 0, warm_timeout=warm, now=self.node.now())
+        if qos == 0:
+            sl.q0_left = QOS0_CREDIT
+            self.engine.subscriber_credit(link_id, QOS0_CREDIT)
+
+    def _detach(self, sl: SubLink, final: bool) -> None:
+        self.subs.pop(sl.filter, None)
+        self.node.forget_link(sl.id)
+        self.engine.detach_subscriber(sl.id, final=final, now=self.node.now())
+        if self.backlog:
+            self.backlog = deque(e for e in self.backlog if e[0] is not sl)
+
+    def _on_unsubscribe(self, u: Unsubscribe) -> None:
+        assert self.session is not None
+        codes = []
+        for f in u.topic_filters:
+            sl = self.subs.get(f)
+            self.session.subs.pop(f, None)
+            if sl is None:
+                codes.append(RC.NO_SUBSCRIPTION_EXISTED.value)
+            else:
+                self._detach(sl, final=True)
+                codes.append(0)
+        self._send(UnsubAck(u.packet_id, tuple(codes) if self.version == MQTT_5 else ()))
+
+    # ---------------------------------------------------------------- PUBLISH out
+
+    def _window(self) -> int:
+        s = self.session
+        used = len(s.out) + len(s.out_rel) if s is not None else 0
+        return self.client_receive_max - used - len(self.backlog)
+
+    def _recredit(self) -> None:
+        """Give each QoS 1/2 subscription the room left in the client's receive window."""
+        room = max(0, self._window())
+        for sl in list(self.subs.values()):
+            if sl.qos:
+                self.engine.subscriber_credit(sl.id, room)
+
+    def _on_send(self, sl: SubLink, action: Send) -> None:
+        if action.settled:
+            self._publish_out(sl, action, 0, None)
+            sl.q0_left -= 1
+            if sl.q0_left < QOS0_CREDIT // 2 and len(self.out) < OUTPUT_HIGH:
+                sl.q0_left = QOS0_CREDIT
+                self.engine.subscriber_credit(sl.id, QOS0_CREDIT)
+            return
+        if self.backlog or self._window() <= 0:
+            self.backlog.append((sl, action))
+            return
+        self._send_unsettled(sl, action)
+
+    def _send_unsettled(self, sl: SubLink, action: Send) -> None:
+        session = self.session
+        assert session is not None
+        key = (sl.filter, action.tag)
+        pid = session.pid_by_copy.get(key) if action.attempt else None
+        if pid is None or pid in session.out_rel:
+            pid = session.alloc_pid()
+        qos = self._publish_out(sl, action, pid, None)
+        if qos:
+            session.out[pid] = (sl.filter, action.tag, qos)
+            session.pid_by_copy[key] = pid
+
+    def _publish_out(self, sl: SubLink, action: Send, pid: int, _: Any) -> int:
+        """Send a copy as a PUBLISH; returns the QoS it went with (0: done already)."""
+        try:
+            d = mapping.decode(action.payload)
+        except ValueError as err:
+            self._fail_copy(sl, action, f"could not be turned into an MQTT PUBLISH ({err})")
+            return 0
+        topic = d.topic
+        if not topic:
+            rec = self.engine.find(action.tag.decode())
+            topic = rec.address if rec is not None else sl.filter
+        qos = 0 if action.settled else min(sl.qos, d.qos)
+        packet = Publish(topic, d.payload, qos, False, action.attempt > 0 and qos > 0,
+                         pid if qos else None, d.properties)
+        try:
+            raw = encode(packet, self.version)
+        except ValueError as err:
+            self._fail_copy(sl, action, f"could not be encoded as an MQTT PUBLISH ({err})")
+            return 0
+        if self.client_max_packet and len(raw) > self.client_max_packet:
+            self._fail_copy(sl, action, f"is {len(raw)} bytes as a PUBLISH, more than the "
+                            f"client's Maximum Packet Size {self.client_max_packet}")
+            return 0
+        self.out += raw
+        if qos == 0 and not action.settled:  # published at QoS 0 by an AMQP client
+            self.engine.copy_outcome(sl.id, action.tag, Disposition.ACCEPTED, settled=True)
+        return qos
+
+    def _fail_copy(self, sl: SubLink, action: Send, why: str) -> None:
+        log.warning("mqtt client %r: a message for subscription %r %s", self.client_id,
+                    sl.filter, why)
+        if not action.settled:
+            self.engine.copy_outcome(sl.id, action.tag, Disposition.UNDELIVERABLE,
+                                     settled=True, error=why)
+
+    def _out_done(self, pid: int) -> tuple[SubLink | None, bytes] | None:
+        session = self.session
+        assert session is not None
+        entry = session.out.pop(pid, None)
+        if entry is None:
+            return None
+        topic_filter, tag, _ = entry
+        session.pid_by_copy.pop((topic_filter, tag), None)
+        return self.subs.get(topic_filter), tag
+
+    def _on_puback(self, p: PubAck) -> None:
+        done = self._out_done(p.packet_id)
+        if done is not None and done[0] is not None:
+            self._answer(done[0], done[1], p.reason_code, p.properties)
+        self._freed()
+
+    def _on_pubrec(self, p: PubRec) -> None:
+        done = self._out_done(p.packet_id)
+        if done is None:
+            if p.packet_id in self.session.out_rel:  # type: ignore[union-attr]
+                self._send(PubRel(p.packet_id))
+            return
+        if p.reason_code < 0x80:
+            self.session.out_rel.add(p.packet_id)  # type: ignore[union-attr]
+            self._send(PubRel(p.packet_id))
+        if done[0] is not None:
+            self._answer(done[0], done[1], p.reason_code, p.properties)
+        self._freed()
+
+    def _on_pubcomp(self, p: PubComp) -> None:
+        assert self.session is not None
+        self.session.out_rel.discard(p.packet_id)
+        self._freed()
+
+    def _answer(self, sl: SubLink, tag: bytes, code: int, props: Properties) -> None:
+        if code < 0x80:
+            self.engine.copy_outcome(sl.id, tag, Disposition.ACCEPTED, settled=True)
+        else:
+            why = f"MQTT reason code 0x{code:02X} {reason_name(code)}"
+            if props.reason_string:
+                why += f": {props.reason_string}"
+            self.engine.copy_outcome(sl.id, tag, Disposition.REJECTED, settled=True, error=why)
+
+    def _freed(self) -> None:
+        """A packet id came free: send what waited for the window, then give credit."""
+        while self.backlog and self._window() + len(self.backlog) > 0:
+            sl, action = self.backlog.popleft()
+            if sl.filter in self.subs:
+                self._send_unsettled(sl, action)
+        self._recredit()
+
+    def output_drained(self) -> None:
+        """The writer sent everything: top up QoS 0 subscriptions that stopped for output."""
+        topped = False
+        for sl in self.subs.values():
+            if sl.qos == 0 and sl.q0_left < QOS0_CREDIT // 2:
+                sl.q0_left = QOS0_CREDIT
+                self.engine.subscriber_credit(sl.id, QOS0_CREDIT)
+                topped = True
+        if topped:
+            self.node.flush()
+
+    # ---------------------------------------------------------------- engine actions
+
+    def apply(self, ls: Any, action: Any) -> None:
+        kind = type(action)
+        if kind is Send:
+            self._on_send(ls, action)
+        elif kind is Decide:
+            self._on_decide(action.tag, action.outcome)
+        elif kind is Credit:
+            ls.credit += action.amount
+            if self.held:
+                self._drain_held()
+        elif kind is SettleCopy:
+            pass  # an MQTT PUBLISH cannot be taken back; its packet id frees on the ack
+        elif kind is CloseLink:
+            self._protocol_error(RC.IMPLEMENTATION_SPECIFIC_ERROR,
+                                 f"{action.condition}: {action.description}")
+        self._output()
+
+    # ---------------------------------------------------------------- ending
+
+    def _on_disconnect(self, d: Disconnect) -> None:
+        s = self.session
+        new_expiry = d.properties.session_expiry_interval
+        if s is not None and new_expiry is not None:
+            if s.expiry == 0 and new_expiry > 0:
+                self._protocol_error(RC.PROTOCOL_ERROR, "DISCONNECT set a Session Expiry "
+                                     "Interval, but CONNECT had 0 [MQTT-3.14.2-2]")
+                return
+            s.expiry = float(new_expiry)
+            s.persistent = new_expiry > 0
+        log.debug("mqtt client %r disconnected (%s)", self.client_id,
+                  reason_name(d.reason_code))
+        if d.reason_code == RC.DISCONNECT_WITH_WILL_MESSAGE:
+            log.warning("mqtt client %r asked for its will message, which is not supported yet",
+                        self.client_id)
+        self._close_with(b"")
+
+    def keepalive_deadline(self) -> float | None:
+        if not self.connected:
+            return self.last_heard + CONNECT_TIMEOUT
+        if not self.keep_alive:
+            return None
+        return self.last_heard + 1.5 * self.keep_alive
+
+    def keepalive_expired(self) -> None:
+        if self.closing:
+            return
+        if not self.connected:
+            log.warning("mqtt connection %s: no CONNECT within %g s; closing", self.peer,
+                        CONNECT_TIMEOUT)
+            self._close_with(b"")
+            return
+        self._protocol_error(RC.KEEP_ALIVE_TIMEOUT, f"nothing heard for 1.5 x the keep-alive "
+                             f"of {self.keep_alive:g} s")
+        self.node.flush()
+
+    def taken_over(self) -> None:
+        """Another connection with the same client id takes the session over."""
+        log.info("mqtt client %r: session taken over by a new connection; closing %s",
+                 self.client_id, self.peer)
+        reply = b""
+        if self.version == MQTT_5:
+            reply = encode(Disconnect(RC.SESSION_TAKEN_OVER.value, Properties(
+                reason_string="another connection with this client id took the session over")),
+                MQTT_5)
+        self._close_with(reply)
+
+    def _close_with(self, reply: bytes) -> None:
+        """Send `reply`, detach from the engine, and have the server close the socket."""
+        if reply:
+            self.out += reply
+        self.closing = True
+        self._release()
+        self._output()
+
+    def _release(self) -> None:
+        """Detach every link from the engine: a persistent session's subscriptions go warm
+        and its undecided messages wait for a resend; otherwise both end."""
+        s = self.session
+        persistent = s is not None and s.persistent
+        if self.pub is not None:
+            pub, self.pub = self.pub, None
+            if s is not None:
+                for pid in list(s.in_rec):  # PUBREC sent: the outcome was given, settle
+                    self.engine.publisher_settled(pub.id, pid.to_bytes(2, "big"))
+                if not persistent:
+                    s.in_rec.clear()
+            self.node.forget_link(pub.id)
+            self.engine.detach_publisher(pub.id, final=not persistent, now=self.node.now())
+        for sl in list(self.subs.values()):
+            self._detach(sl, final=not persistent)
+        self.backlog.clear()
+        self.held.clear()
+        self.awaiting.clear()
+        if s is not None and s.conn is self:
+            s.conn = None
+            registry = _sessions(self.node)
+            if persistent:
+                s.expires_at = self.node.now() + s.expiry
+            elif registry.get(s.client_id) is s:
+                del registry[s.client_id]
+
+    def closed(self) -> None:
+        """The socket is gone."""
+        if not self.closing:
+            log.debug("mqtt client %r (%s): connection lost", self.client_id, self.peer)
+        self.closing = True
+        self._release()
+        self.node.flush()
+
+    def shutdown(self, description: str) -> None:
+        """The router is stopping: say so and close, without telling the engine (to the mesh
+        this is the router going away)."""
+        if self.version == MQTT_5 and self.connected:
+            self.out += encode(Disconnect(RC.SERVER_SHUTTING_DOWN.value, Properties(
+                reason_string=description[:REASON_STRING_MAX])), MQTT_5)
+        for ls in [self.pub, *self.subs.values()]:
+            if ls is not None:
+                self.node.forget_link(ls.id)
+        self.pub = None
+        self.subs.clear()
+        if self.session is not None and self.session.conn is self:
+            self.session.conn = None
+        self.closing = True
+        self._output()
+
+    def abort(self, description: str) -> None:
+        try:
+            self._protocol_error(RC.IMPLEMENTATION_SPECIFIC_ERROR, description)
+        finally:
+            self._output()
+
+    # ---------------------------------------------------------------- output
+
+    def _send(self, packet: Any) -> None:
+        self.out += encode(packet, self.version or 4)
+
+    def take_output(self) -> bytes:
+        data = bytes(self.out)
+        self.out.clear()
+        return data
+
+    def _output(self) -> None:
+        if self.on_output is not None:
+            self.on_output()
