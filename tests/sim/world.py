@@ -390,6 +390,7 @@ class SubClient(Client):
 
 class World:
     def __init__(self, params: Params) -> None:
+        self._records_seen: dict[int, object] = {}
         p = self.p = params
         self.rng = random.Random(p.seed)
         self.now = 0.0
@@ -1212,7 +1213,11 @@ class World:
         sub: SubClient = client  # type: ignore[assignment]
         if isinstance(action, Send):
             rec = sub.router.engine._by_id.get(action.tag.decode())
-            msg = self.checker.on_send(sub, action, rec.seq if rec is not None else -1)
+            # The record's identity, not its number: an adopted record is numbered anew (publish
+            # order) but is the same record. Pinned, so that no later record reuses the id.
+            if rec is not None:
+                self._records_seen.setdefault(id(rec), rec)
+            msg = self.checker.on_send(sub, action, id(rec) if rec is not None else -1)
             sub.credit -= 1
             self.log(f"{sub.label} gets {msg.pub.key}#{msg.seq} {msg.id[:8]} attempt "
                      f"{action.attempt}{' settled' if action.settled else ''}")
