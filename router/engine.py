@@ -333,6 +333,15 @@ class Engine(FailoverMixin):
             owed = self._remote_resend(origin, msg_id, owed)
             if not owed:
                 return
+        elif (live := self._by_id.get(msg_id)) is not None and live.origin != origin:
+            # A late copy from its previous origin: the router its publisher resumed at owns
+            # the record now (ids are unique per publisher, tag and, for a reused tag, salt).
+            # Subscribers here it was owed to and the record lacks get their copy now, in the
+            # order it came; the record still answers its own origin only.
+            if self._add_owed(live, owed):
+                live.outcome = None if live.answered is None else live.outcome
+                self._decide(live)
+            return
         self._seq += 1
         expires = now + ttl_ms / 1000.0 if ttl_ms else None
         rec = Record(self._seq, None, b"", msg_id.encode(), payload, mode if mode in MODES
@@ -474,8 +483,13 @@ class Engine(FailoverMixin):
             live = self._by_id.get(self._tag_for(pub, tag).decode())
             # Only a live record of its own, orphaned by a lost connection (the first case
             # of `_resend_from_publisher`); never its tombstone branch.
+            # [issue 5, MQTT across routers; mqtt-mesh helper] ... or a destination's
+            # record here of the same message from an origin router the device left (it
+            # resumed here): adopting it makes the resend count once mesh-wide (routers
+            # elsewhere adopt theirs from the resend this forwards). The same payload
+            # guards against a reused packet id.
             if live is not None and live.publisher is None and not live.pub_settled \
-                    and live.origin is None:
+                    and (live.origin is None or live.payload == payload):
                 if self._resend_from_publisher(pub, tag, ttl_ms, settled):
                     return
                 resend = True

@@ -374,13 +374,14 @@ class FailoverMixin:
         return False
 
     def _resend_parts(self: Engine, rec: Record) -> None:
-        """Our own record comes out of orphanhood: what it owes subscribers that moved
-        meanwhile (it did not follow them while orphaned) goes to where they live now."""
+        """Our own record comes out of orphanhood: what it still owes goes again to where
+        each subscriber lives now. Again even where it went before: while the publisher was
+        away another router may have owned the message, and a destination drops a late copy
+        from an origin it no longer answers to (it adopts a resend instead)."""
         me = self.config.router_id
         for key, part in rec.peers.items():
             where = self._where.get(key)
-            if part.state == PartState.PENDING and where is not None and where[1] != me \
-                    and part.router != where[1]:
+            if part.state == PartState.PENDING and where is not None and where[1] != me:
                 part.router = part.last = where[1]
                 self._send_part(rec, key, where[1])
 
