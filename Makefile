@@ -1,5 +1,6 @@
 # Two commands do all set-up on a fresh Debian machine: `make demo` and `make test`.
-# Both build .venv on their own (and install python3-venv if the interpreter lacks venv).
+# Both build .venv on their own (and install python3-venv if the interpreter lacks venv);
+# `make test` also installs Debian's mosquitto-clients (mosquitto_pub/_sub) when missing.
 PY      ?= python3
 VENV    := .venv
 BIN     := $(VENV)/bin
@@ -21,6 +22,9 @@ demo: $(STAMP)
 	$(BIN)/exactmesh demo
 
 test: $(STAMP)
+	@command -v mosquitto_pub >/dev/null 2>&1 || \
+	  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq mosquitto-clients; } || \
+	  echo "make test: could not install mosquitto-clients; the tests that need mosquitto_pub/mosquitto_sub will skip"
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest -q -p no:cacheprovider
 

@@ -18,6 +18,10 @@ docs/mqtt.md):
   subscriptions.
 - A session with clean start off and an expiry (5.0), or clean session off (3.1.1), makes its
   subscriptions warm subscribers: what arrives while the client is away waits for it.
+- A session lives at one router of the mesh; a CONNECT with clean start off elsewhere takes
+  it over: the subscriptions are found in the mesh's gossip (each one's attach generation
+  carries its QoS), attached here with a newer generation, and the old router closes the old
+  connection when its links are stolen (docs/mqtt.md, "Sessions across routers").
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 from router.actions import Accepted, CloseLink, Credit, Decide, Send, SettleCopy
 from router.engine import NO_SUBSCRIBERS, Disposition
+from router.failover import LINK_STOLEN
 from router.records import ALL, LinkIdentity
 
 from . import mapping
@@ -62,6 +67,11 @@ log = logging.getLogger("exactmesh.mqtt")
 PUBLISHER_LINK = "mqtt"
 SUBSCRIBER_PREFIX = "mqtt/"
 WINDOW_311 = 100  # in-flight QoS 1/2 messages toward a 3.1.1 client (it has no receive-maximum)
+# Acknowledgements and pings are handled at once even while PUBLISHes wait for engine
+# credit: a PUBREL behind them is what frees that credit (else a client keeping its whole
+# receive-maximum in flight deadlocks).
+NEVER_HELD = (PubAck, PubRec, PubRel, PubComp, PingReq)
+HELD_QOS0 = 64  # held packets beyond the receive maximum before the reader pauses
 QOS0_CREDIT = 1000  # engine credit of a QoS 0 subscription, topped up as output drains
 OUTPUT_HIGH = 256 * 1024  # bytes of unsent output above which QoS 0 credit is not topped up
 REASON_STRING_MAX = 1000
@@ -174,8 +184,10 @@ class MqttConnection:
 
     @property
     def paused(self) -> bool:
-        """The reader must wait: messages are held for publisher credit."""
-        return bool(self.held) or self.closing
+        """The reader must wait: more messages are held for publisher credit than the
+        client may have unacknowledged (plus room for QoS 0), or the connection is closing.
+        It keeps reading below that: the PUBRELs and acks that free credit come behind."""
+        return len(self.held) >= self.receive_max + HELD_QOS0 or self.closing
 
     def receive(self, data: bytes) -> None:
         """Bytes from the client."""
@@ -195,8 +207,8 @@ class MqttConnection:
         for packet in packets:
             if self.closing:
                 break
-            if self.held:
-                self.held.append(packet)
+            if self.held and type(packet) not in NEVER_HELD:
+                self.held.append(packet)  # after the PUBLISHes waiting for credit, in order
             else:
                 self._dispatch(packet)
         self.node.flush()
@@ -276,13 +288,29 @@ class MqttConnection:
         old = registry.get(client_id)
         if old is not None and old.conn is not None:
             old.conn.taken_over()
+        # Subscriptions of this client id that the mesh places at another router (or away
+        # from a lost one): the session lives there, and a local one is stale.
+        elsewhere = self._mesh_session(client_id)
+        if elsewhere and old is not None:
+            if registry.get(client_id) is old:
+                del registry[client_id]
+            old = None
         present = False
         if old is not None and not c.clean_start and old.persistent:
             session = old
             present = True
+        elif elsewhere and not c.clean_start:
+            # Take the session over from the router that holds it (docs/mqtt.md, "Sessions
+            # across routers"): attaching its subscriptions here with a newer generation
+            # moves them, and that router closes the old connection.
+            session = SessionState(client_id)
+            session.subs.update(elsewhere)
+            present = True
         else:
             if old is not None:
                 self._end_session(old)
+            if elsewhere:
+                self._end_session(SessionState(client_id), elsewhere)
             session = SessionState(client_id)
         session.persistent = expiry > 0
         session.expiry = expiry
@@ -331,15 +359,44 @@ class MqttConnection:
         for s in gone:
             del registry[s.client_id]
 
-    def _end_session(self, session: SessionState) -> None:
+    def _end_session(self, session: SessionState, subs: dict[str, int] | None = None) -> None:
         """A clean start discards the old session: its warm subscriptions end (what they were
-        owed fails, naming them)."""
-        for topic_filter in list(session.subs):
+        owed fails, naming them). `subs`: the session's subscriptions at another router,
+        which the attach here takes over (closing the connection there) and then ends."""
+        for topic_filter in list(subs if subs is not None else session.subs):
             link_id = self.node.new_link_id()
             ident = LinkIdentity(session.client_id, SUBSCRIBER_PREFIX + topic_filter)
-            self.engine.attach_subscriber(link_id, ident, topic_filter, now=self.node.now())
+            self.engine.attach_subscriber(link_id, ident, topic_filter, now=self.node.now(),
+                                          gen=self._next_gen(ident.key, 0))
             self.engine.detach_subscriber(link_id, final=True, now=self.node.now())
         session.subs.clear()
+
+    # The granted QoS of a subscription travels in mesh gossip as its attach generation
+    # modulo 4 (gossip carries key, filter, warm timeout and generation; a router taking a
+    # session over learns the filters from the keys and the QoS from the generation).
+
+    def _next_gen(self, key: str, qos: int) -> int:
+        """An attach generation newer than any the mesh knows for `key`, carrying `qos`."""
+        return (self.engine._known_gen(key) // 4 + 1) * 4 + qos
+
+    def _mesh_session(self, client_id: str) -> dict[str, int]:
+        """Topic filter -> granted QoS of `client_id`'s subscriptions that the mesh places at
+        another router, or that are away from a lost router (warm ones, waiting to reattach):
+        its persistent session lives elsewhere. Scans the engine's view of remote
+        subscribers (a CONNECT costs O(remote subscribers))."""
+        eng = self.engine
+        me = eng.config.router_id
+        prefix = client_id + "/" + SUBSCRIBER_PREFIX
+        found: dict[str, int] = {}
+        for key, (gen, router) in eng._where.items():
+            if router != me and key.startswith(prefix):
+                meta = eng._remote_meta.get(key)
+                if meta is not None and meta[1] and key == prefix + meta[0]:
+                    found[meta[0]] = gen % 4
+        for key, away in eng._away.items():
+            if away.timeout and key == prefix + away.filter:
+                found[away.filter] = away.gen % 4
+        return {f: q if q <= 2 else 2 for f, q in found.items()}
 
     # ---------------------------------------------------------------- PUBLISH in
 
@@ -437,7 +494,9 @@ class MqttConnection:
         assert self.session is not None
         code = self.session.in_rec.pop(p.packet_id, None)
         if code is None:
-            self._send(PubComp(p.packet_id, RC.PACKET_IDENTIFIER_NOT_FOUND.value))
+            # 3.1.1 has no reason codes: a plain PUBCOMP (the packet id is free either way).
+            rc = RC.PACKET_IDENTIFIER_NOT_FOUND.value if self.version == MQTT_5 else 0
+            self._send(PubComp(p.packet_id, rc))
             return
         if self.pub is not None:
             self.engine.publisher_settled(self.pub.id, p.packet_id.to_bytes(2, "big"))
@@ -477,7 +536,8 @@ class MqttConnection:
             warm = float(NEVER_EXPIRES)
         self.engine.attach_subscriber(
             link_id, LinkIdentity(self.client_id, SUBSCRIBER_PREFIX + topic_filter),
-            topic_filter, presettled=qos == 0, warm_timeout=warm, now=self.node.now())
+            topic_filter, presettled=qos == 0, warm_timeout=warm, now=self.node.now(),
+            gen=self._next_gen(f"{self.client_id}/{SUBSCRIBER_PREFIX}{topic_filter}", qos))
         if qos == 0:
             sl.q0_left = QOS0_CREDIT
             self.engine.subscriber_credit(link_id, QOS0_CREDIT)
@@ -653,8 +713,11 @@ class MqttConnection:
         elif kind is SettleCopy:
             pass  # an MQTT PUBLISH cannot be taken back; its packet id frees on the ack
         elif kind is CloseLink:
-            self._protocol_error(RC.IMPLEMENTATION_SPECIFIC_ERROR,
-                                 f"{action.condition}: {action.description}")
+            if action.condition == LINK_STOLEN and type(ls) is SubLink:
+                self._stolen(ls)
+            else:
+                self._protocol_error(RC.IMPLEMENTATION_SPECIFIC_ERROR,
+                                     f"{action.condition}: {action.description}")
         self._output()
 
     # ---------------------------------------------------------------- ending
@@ -694,6 +757,20 @@ class MqttConnection:
         self._protocol_error(RC.KEEP_ALIVE_TIMEOUT, f"nothing heard for 1.5 x the keep-alive "
                              f"of {self.keep_alive:g} s")
         self.node.flush()
+
+    def _stolen(self, sl: SubLink) -> None:
+        """A newer attach of one of this session's subscriptions at another router won (a
+        connection with this client id there took the session over): the session lives
+        there now. Close this connection as taken over and forget the session here."""
+        self.subs.pop(sl.filter, None)  # the engine dropped it already
+        self.node.forget_link(sl.id)
+        s = self.session
+        if not self.closing:
+            self.taken_over()
+        if s is not None:
+            registry = _sessions(self.node)
+            if registry.get(s.client_id) is s:
+                del registry[s.client_id]
 
     def taken_over(self) -> None:
         """Another connection with the same client id takes the session over."""

@@ -1,0 +1,178 @@
+"""MQTT devices across a mesh of three router processes (issue 5, mesh part): fan-out with
+wildcards at QoS 0/1/2 between routers, MQTT <-> AMQP across routers, session takeover on
+another router, a QoS 2 publisher failing over mid-stream, will and retained messages.
+No sleeps to synchronize: every wait is on a condition with a deadline (docs/mqtt.md)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from paho.mqtt.packettypes import PacketTypes
+from paho.mqtt.properties import Properties as PahoProperties
+from proton import Message
+
+from tests.harness import ClientThread, Publisher, Subscriber, free_port, wait_for
+from tests.mesh_harness import start_mesh
+from tests.test_mqtt_edge import V5, V311, Mq
+
+IDS = ("A", "B", "C")
+
+
+@pytest.fixture
+def mesh() -> Any:
+    ports = {r: free_port() for r in IDS}
+    m = start_mesh("line", 3, common=["--reconnect-timeout", "5"],
+                   extra={r: ["--mqtt", f"127.0.0.1:{ports[r]}"] for r in IDS})
+    m.mqtt = ports  # type: ignore[attr-defined]
+    try:
+        m.wait_links_up()
+        yield m
+    finally:
+        m.stop()
+
+
+def knows(mesh: Any, at: str, client_id: str, topic_filter: str, where: str) -> None:
+    """Wait until router `at` learned from gossip of the MQTT subscription at `where`."""
+    mesh[at].wait_logged(f"router {at}: knows subscriber {client_id}/mqtt/{topic_filter}@{where}")
+
+
+@pytest.mark.parametrize("version", [V311, V5], ids=["3.1.1", "5.0"])
+def test_fanout_across_three_routers_exactly_once_in_order(mesh: Any, version: int) -> None:
+    p = mesh.mqtt
+    subs = {0: Mq(p["C"], "s0", version), 1: Mq(p["B"], "s1", version),
+            2: Mq(p["C"], "s2", version)}
+    filters = {0: "fan/+/x", 1: "fan/+/x", 2: "fan/#"}
+    for q, s in subs.items():
+        s.subscribe(filters[q], q)
+    knows(mesh, "A", "s0", filters[0], "C")
+    knows(mesh, "A", "s1", filters[1], "B")
+    knows(mesh, "A", "s2", filters[2], "C")
+    pub = Mq(p["A"], "pub", version)
+    n = 300
+    for i in range(n):
+        pub.publish("fan/a/x", b"m%d" % i, 2)
+    owed = [b"m%d" % i for i in range(n)]
+    for q in (1, 2):
+        wait_for(lambda q=q: len(subs[q].got) >= n, 30, f"QoS {q} subscriber's {n} messages")
+    wait_for(lambda: len(pub.acks) == n, 30, "every PUBCOMP")
+    for q in (1, 2):
+        assert subs[q].payloads() == owed, f"QoS {q}: not exactly once in order"
+        assert {g[2] for g in subs[q].got} == {q}
+    got0 = subs[0].payloads()
+    assert got0 == owed[: len(got0)] and len(set(got0)) == len(got0)
+    # a QoS 1 publisher on C reaches the QoS 1 subscriber on B, the other way along the line
+    pub_c = Mq(p["C"], "pubc", version)
+    pub_c.publish("fan/c/x", b"from-c", 1)
+    wait_for(lambda: subs[1].payloads()[-1:] == [b"from-c"], 10, "the message from C")
+    for s in (*subs.values(), pub, pub_c):
+        s.stop()
+
+
+def test_mqtt_and_amqp_across_routers(mesh: Any) -> None:
+    bodies: list[bytes] = []
+    amqp_sub = Subscriber(mesh["C"].url, "mix/#", name="amqp-sub", container_id="amqpc",
+                          policy=lambda m, d: bodies.append(bytes(m.body)) or "accept")
+    client = ClientThread(amqp_sub)
+    try:
+        assert amqp_sub.opened.wait(10)
+        mesh["A"].wait_logged("router A: knows subscriber amqpc/amqp-sub@C")
+        dev = Mq(mesh.mqtt["A"], "dev", V5)
+        dev.subscribe("mix/to-mqtt", 2)
+        knows(mesh, "C", "dev", "mix/to-mqtt", "A")
+        mid = dev.publish("mix/from-mqtt", b"hello amqp", 2)
+        wait_for(lambda: bodies == [b"hello amqp"], 10, "the AMQP subscriber's message")
+        wait_for(lambda: mid in dev.acks, 10, "PUBCOMP")
+        pub = Publisher(mesh["C"].url, "mix/to-mqtt", [Message(body=b"hello mqtt")])
+        client.call(lambda: pub.on_start(type("E", (), {"container": client.container})()))
+        wait_for(lambda: dev.got, 10, "the MQTT subscriber's message")
+        assert dev.got[0][:3] == ("mix/to-mqtt", b"hello mqtt", 2)
+        wait_for(lambda: pub.states() == ["accepted"], 10, "the AMQP publisher's outcome")
+        dev.stop()
+    finally:
+        client.stop()
+
+
+def no_reconnect(dev: Mq) -> None:
+    """paho's network thread reconnects on its own after a disconnect: a client whose session
+    is taken over must not take it back."""
+    dev.c.reconnect_delay_set(min_delay=120, max_delay=120)
+
+
+@pytest.mark.parametrize("version", [V311, V5], ids=["3.1.1", "5.0"])
+def test_session_taken_over_on_another_router(mesh: Any, version: int) -> None:
+    p = mesh.mqtt
+    dev = Mq(p["A"], "roamer", version, clean=False, expiry=60)
+    dev.subscribe("roam/#", 2)
+    dev.subscribe("roam/q1/+", 1)
+    knows(mesh, "C", "roamer", "roam/#", "A")
+    knows(mesh, "C", "roamer", "roam/q1/+", "A")
+    pub = Mq(p["C"], "roam-pub", version)
+    pub.publish("roam/x", b"first", 2)
+    wait_for(lambda: dev.payloads() == [b"first"], 10, "the first message at A")
+    dev.stop()
+    # away: held for the session (at A, its warm subscribers)
+    mids = [pub.publish("roam/x", b"away %d" % i, 2) for i in range(20)]
+    mids.append(pub.publish("roam/q1/y", b"away q1", 1))
+    # the device comes back at B: the session moves, what waited comes first, in order
+    dev2 = Mq(p["B"], "roamer", version, clean=False, expiry=60)
+    no_reconnect(dev2)
+    assert dev2.session_present
+    owed = [b"away %d" % i for i in range(20)]
+    wait_for(lambda: len(dev2.got) >= 22, 15, "the held messages at B")
+    got = dev2.payloads()
+    assert [g for g in got if g.startswith(b"away ") and g != b"away q1"] == owed
+    assert sorted(got).count(b"away q1") == 2  # once per matching subscription
+    assert {g[2] for g in dev2.got if g[1] == b"away q1"} == {1}
+    wait_for(lambda: all(m in pub.acks for m in mids), 15, "PUBCOMPs for the held messages")
+    pub.publish("roam/x", b"at B", 2)
+    wait_for(lambda: dev2.payloads()[-1:] == [b"at B"], 10, "a new message at B")
+    # a third router takes the session over while B still holds the connection
+    dev3 = Mq(p["C"], "roamer", version, clean=False, expiry=60)
+    assert dev3.session_present
+    wait_for(lambda: dev2.disconnected is not None, 10, "B closing the old connection")
+    if version == V5:
+        assert dev2.disconnected.value == 0x8E  # Session taken over
+    mesh["A"].wait_logged("knows subscriber roamer/mqtt/roam/#@C")
+    pub_a = Mq(p["A"], "roam-pub-a", version)
+    pub_a.publish("roam/x", b"at C", 2)
+    wait_for(lambda: dev3.payloads() == [b"at C"], 10, "a new message at C")
+    assert dev2.payloads().count(b"at C") == 0
+    for c in (dev2, dev3, pub, pub_a):
+        c.stop()
+
+
+def test_qos2_publisher_fails_over_mid_stream_exactly_once(mesh: Any) -> None:
+    """A QoS 2 publisher on A; subscribers on B and C. A is SIGKILLed mid-stream; the device
+    (the same paho Client, same client id, clean start off) connects to B and resends what it
+    had in flight with DUP. Every subscriber gets every message once, in order."""
+    p = mesh.mqtt
+    subs = {"B": Mq(p["B"], "fo-b", V5), "C": Mq(p["C"], "fo-c", V5)}
+    for s in subs.values():
+        s.subscribe("fo/#", 2)
+    for at in ("A",):
+        knows(mesh, at, "fo-b", "fo/#", "B")
+        knows(mesh, at, "fo-c", "fo/#", "C")
+    dev = Mq(p["A"], "fo-dev", V5, clean=False, expiry=60)
+    n = 400
+    owed = [b"m%d" % i for i in range(n)]
+    for payload in owed:
+        dev.publish("fo/x", payload, 2)
+    wait_for(lambda: len(subs["C"].got) >= n // 4, 20, "a quarter of the stream")
+    mesh["A"].kill()
+    dev.c.loop_stop()
+    assert len(dev.acks) < n, "the stream ended before the kill"
+    dev.connack = None
+    props = PahoProperties(PacketTypes.CONNECT)
+    props.SessionExpiryInterval = 60
+    dev.c.connect("127.0.0.1", p["B"], keepalive=30, clean_start=False, properties=props)
+    dev.c.loop_start()
+    wait_for(lambda: dev.connack is not None, 10, "CONNACK at B")
+    wait_for(lambda: len(dev.acks) == n, 40, "every PUBCOMP at B")
+    for at, s in subs.items():
+        wait_for(lambda s=s: len(s.got) >= n, 20, f"the subscriber at {at}")
+        got = s.payloads()
+        assert len(got) == n and len(set(got)) == n, f"{at}: lost or duplicated"
+        assert got == owed, f"{at}: out of order"
+    for s in (*subs.values(), dev):
+        s.stop()
