@@ -77,11 +77,26 @@ _QOS_ENTRY = [_symbol(QOS_KEY) + b"\x50" + bytes((q,)) for q in range(3)]
 _FORMAT_ENTRY = _symbol(FORMAT_KEY) + b"\x50\x01"
 
 
+# The common case, a PUBLISH without properties (every 3.1.1 PUBLISH), is encoded from a
+# cached prefix (the message annotations of one publisher at one QoS), and what `decode` would
+# read back from it is remembered, keyed by the encoded message: the copies for this router's
+# MQTT subscribers then cost a dict lookup (the bytes object caches its hash), not a decode.
+# Two generations of at most _DECODED_MAX entries each, for messages up to _DECODED_PAYLOAD.
+_ANNOTATIONS_MAX = 4096
+_DECODED_MAX = 2048
+_DECODED_PAYLOAD = 64 * 1024
+_annotations: dict[tuple[int, str], bytes] = {}
+_decoded: dict[bytes, Decoded] = {}
+_decoded_old: dict[bytes, Decoded] = {}
+
+
 def encode(
     topic: str, payload: bytes, qos: int, props: Properties = EMPTY_PROPERTIES,
     publisher: str = "",
 ) -> bytes:
     """The AMQP message for an MQTT PUBLISH to `topic`."""
+    if not props:
+        return _encode_plain(topic, payload, qos, publisher)
     out = []
     expiry = props.message_expiry_interval if props else None
     if expiry:
@@ -115,6 +130,29 @@ def encode(
         out.append(b"\x00\x53\x74" + _map([_string(k) + _string(v) for k, v in seen.items()]))
     out.append(b"\x00\x53\x75" + _binary(payload))
     return b"".join(out)
+
+
+def _encode_plain(topic: str, payload: bytes, qos: int, publisher: str) -> bytes:
+    """`encode` without properties: the same bytes, from a cached annotations section."""
+    global _decoded, _decoded_old
+    head = _annotations.get((qos, publisher))
+    if head is None:
+        ann = [_QOS_ENTRY[qos]]
+        if publisher:
+            ann.append(_symbol(PUBLISHER_KEY) + _string(publisher))
+        head = b"\x00\x53\x72" + _map(ann)
+        if len(_annotations) >= _ANNOTATIONS_MAX:
+            _annotations.clear()
+        _annotations[(qos, publisher)] = head
+    to = _string(topic)
+    message = b"".join((
+        head, b"\x00\x53\x73", _compound(0xC0, 0xD0, 3, b"\x40\x40" + to),
+        b"\x00\x53\x75", _binary(payload)))
+    if len(payload) <= _DECODED_PAYLOAD:
+        if len(_decoded) >= _DECODED_MAX:
+            _decoded_old, _decoded = _decoded, {}
+        _decoded[message] = Decoded(topic, payload, qos, EMPTY_PROPERTIES)
+    return message
 
 
 def _encode_pairs(pairs: tuple[tuple[str, str], ...]) -> bytes:
@@ -219,6 +257,10 @@ class _Pairs(list):
 
 def decode(payload: bytes) -> Decoded:
     """Read an AMQP message for an MQTT subscriber. Raises ValueError if it is not one."""
+    if type(payload) is bytes and len(payload) <= _DECODED_PAYLOAD + 1024:
+        known = _decoded.get(payload) or _decoded_old.get(payload)
+        if known is not None:
+            return known
     try:
         return _fast_decode(payload)
     except _Unknown:
