@@ -31,6 +31,7 @@ READ_SIZE = 64 * 1024
 CLOSE_GRACE = 1.0  # seconds a closing connection gets to send its last packets
 MAX_BURST = 16  # reads in a row without waiting before the reader yields to other tasks
 KEEPALIVE_RECHECK = 5.0  # seconds; a connection without keep-alive is looked at this often
+KEEPALIVE_STEP = 0.25  # how late a keep-alive (or connect) deadline may be noticed
 
 
 async def serve_mqtt(
@@ -215,7 +216,9 @@ async def _watchdog(conn: MqttConnection) -> None:
             await trio.sleep(KEEPALIVE_RECHECK)
             continue
         if trio.current_time() < d:
-            await trio.sleep_until(d)
+            # Not past the deadline we read: it can move earlier (CONNECT replaces the
+            # connect deadline with the keep-alive one), so look again at least this often.
+            await trio.sleep_until(min(d, trio.current_time() + KEEPALIVE_STEP))
             continue
         conn.keepalive_expired()
         return

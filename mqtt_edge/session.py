@@ -36,7 +36,7 @@ from router.engine import NO_SUBSCRIBERS, Disposition
 from router.failover import LINK_STOLEN
 from router.records import ALL, LinkIdentity
 
-from . import mapping
+from . import mapping, retained
 from .codec import MQTT_5, Decoder, ProtocolError, encode
 from .packets import (
     EMPTY_PROPERTIES,
@@ -55,6 +55,7 @@ from .packets import (
     Subscribe,
     UnsubAck,
     Unsubscribe,
+    Will,
 )
 from .reason_codes import ReasonCode as RC
 from .reason_codes import reason_name
@@ -65,6 +66,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("exactmesh.mqtt")
 
 PUBLISHER_LINK = "mqtt"
+WILL_LINK = "mqtt-will"  # the publisher link a will message goes through
 SUBSCRIBER_PREFIX = "mqtt/"
 WINDOW_311 = 100  # in-flight QoS 1/2 messages toward a 3.1.1 client (it has no receive-maximum)
 # Acknowledgements and pings are handled at once even while PUBLISHes wait for engine
@@ -94,7 +96,7 @@ class SessionState:
 
     __slots__ = (
         "client_id", "conn", "expires_at", "expiry", "in_rec", "next_pid", "out", "out_rel",
-        "persistent", "pid_by_copy", "subs",
+        "persistent", "pid_by_copy", "subs", "will", "will_timer",
     )
 
     def __init__(self, client_id: str) -> None:
@@ -112,6 +114,9 @@ class SessionState:
         self.out_rel: set[int] = set()  # PUBREL sent, waiting for PUBCOMP
         self.pid_by_copy: dict[tuple[str, bytes], int] = {}  # a resent copy keeps its pid
         self.next_pid = 1
+        # A will waiting for its Will Delay Interval (5.0) while the client is away.
+        self.will: Will | None = None
+        self.will_timer: Any = None  # its trio.CancelScope
 
     def alloc_pid(self) -> int:
         pid = self.next_pid
@@ -123,6 +128,75 @@ class SessionState:
             raise RuntimeError("no free packet identifier")
         self.next_pid = pid % 65535 + 1
         return pid
+
+
+def _call_later(delay: float, fn: Any) -> Any:
+    """Run `fn` after `delay` seconds (a trio system task); returns its CancelScope."""
+    import trio
+
+    scope = trio.CancelScope()
+
+    async def later() -> None:
+        with scope:
+            await trio.sleep(delay)
+            try:
+                fn()
+            except Exception:
+                log.exception("mqtt: a delayed will message failed")
+
+    trio.lowlevel.spawn_system_task(later)
+    return scope
+
+
+class WillSender:
+    """Publishes one will message through the engine, as a publisher link of its own with the
+    client's identity (client id, "mqtt-will"): its connection is gone by then. A QoS 1/2
+    will is an unsettled message; the link detaches when the engine decides it (nobody is
+    left to tell the outcome to)."""
+
+    _seq = 0
+
+    def __init__(self, node: Node, client_id: str, will: Will) -> None:
+        self.node = node
+        engine = node.engine
+        WillSender._seq += 1
+        self.link = link = node.new_link_id()
+        self.pub = PubLink(link)
+        node.register_link(link, self, self.pub)
+        engine.attach_publisher(link, LinkIdentity(client_id, WILL_LINK), "mqtt", ALL)
+        if will.retain:
+            retained.store(node).put(will.topic, will.payload, will.qos, will.properties,
+                                     node.now())
+        props = will.properties
+        expiry = props.message_expiry_interval
+        payload = mapping.encode(will.topic, will.payload, will.qos, props, client_id)
+        log.info("mqtt client %r: publishing its will message (topic %r, QoS %d)",
+                 client_id, will.topic, will.qos)
+        engine.message(link, b"will:%d" % WillSender._seq, payload, settled=will.qos == 0,
+                       ttl_ms=expiry * 1000 if expiry else None, now=node.now(),
+                       address=will.topic)
+        if will.qos == 0:
+            self._done()
+
+    def _done(self) -> None:
+        if self.pub is None:
+            return
+        self.pub = None  # type: ignore[assignment]
+        self.node.forget_link(self.link)
+        self.node.engine.detach_publisher(self.link, final=True, now=self.node.now())
+
+    def apply(self, ls: Any, action: Any) -> None:
+        kind = type(action)
+        if kind is Decide:
+            if type(action.outcome) is not Accepted:
+                log.warning("mqtt will message (link %d): %s", self.link, action.outcome)
+            self.node.engine.publisher_settled(self.link, action.tag)
+            self._done()
+        elif kind is CloseLink:
+            self._done()
+
+    def shutdown(self, description: str) -> None:
+        self.node.forget_link(self.link)
 
 
 class PubLink:
@@ -178,7 +252,8 @@ class MqttConnection:
         self.problem_info = True
         self.backlog: deque[tuple[SubLink, Send]] = deque()
         self._q0_tag = 0
-        self._retain_logged = False
+        self.will: Will | None = None  # published if the connection ends without DISCONNECT
+        self.will_delay = 0.0  # its Will Delay Interval (5.0)
 
     # ---------------------------------------------------------------- input
 
@@ -279,9 +354,9 @@ class MqttConnection:
             expiry = float(props.session_expiry_interval or 0)
         else:
             expiry = 0.0 if c.clean_start else self.node.config.reconnect_timeout
-        if c.will is not None:
-            log.warning("mqtt client %r: its will message (topic %r) is ignored: will messages "
-                        "are not supported yet", client_id, c.will.topic)
+        self.will = c.will
+        if c.will is not None and v5:
+            self.will_delay = float(c.will.properties.will_delay_interval or 0)
         now = self.node.now()
         registry = _sessions(self.node)
         self._sweep(registry, now)
@@ -294,11 +369,13 @@ class MqttConnection:
         if elsewhere and old is not None:
             if registry.get(client_id) is old:
                 del registry[client_id]
+            self._fire_pending_will(old)
             old = None
         present = False
         if old is not None and not c.clean_start and old.persistent:
             session = old
             present = True
+            self._cancel_will(old)  # resumed before its Will Delay Interval ran out
         elif elsewhere and not c.clean_start:
             # Take the session over from the router that holds it (docs/mqtt.md, "Sessions
             # across routers"): attaching its subscriptions here with a newer generation
@@ -323,7 +400,7 @@ class MqttConnection:
             cprops = Properties(
                 receive_maximum=self.receive_max if self.receive_max < 65535 else None,
                 maximum_packet_size=self.max_packet,
-                retain_available=0,
+                retain_available=1,
                 wildcard_subscription_available=None,
                 subscription_identifier_available=0,
                 shared_subscription_available=0,
@@ -362,7 +439,9 @@ class MqttConnection:
     def _end_session(self, session: SessionState, subs: dict[str, int] | None = None) -> None:
         """A clean start discards the old session: its warm subscriptions end (what they were
         owed fails, naming them). `subs`: the session's subscriptions at another router,
-        which the attach here takes over (closing the connection there) and then ends."""
+        which the attach here takes over (closing the connection there) and then ends. A will
+        waiting for its delay is published now (the session ends)."""
+        self._fire_pending_will(session)
         for topic_filter in list(subs if subs is not None else session.subs):
             link_id = self.node.new_link_id()
             ident = LinkIdentity(session.client_id, SUBSCRIBER_PREFIX + topic_filter)
@@ -408,16 +487,6 @@ class MqttConnection:
             self._protocol_error(RC.TOPIC_ALIAS_INVALID, "this server allows no topic aliases "
                                  "(CONNACK Topic Alias Maximum 0)")
             return
-        if p.retain:
-            if self.version == MQTT_5:
-                self._protocol_error(RC.RETAIN_NOT_SUPPORTED, "retained messages are not "
-                                     "supported (CONNACK Retain Available 0)")
-                return
-            if not self._retain_logged:
-                self._retain_logged = True
-                log.warning("mqtt client %r: the RETAIN flag is ignored (retained messages are "
-                            "not supported yet); the message is published as a normal one",
-                            self.client_id)
         qos = p.qos
         if qos == 0:
             self._q0_tag += 1
@@ -441,6 +510,8 @@ class MqttConnection:
             self.held.append(p)  # wait for the engine's credit; the reader pauses
             return
         pub.credit -= 1
+        if p.retain:  # this router's store: kept (or cleared) as it arrives
+            retained.store(self.node).put(p.topic, p.payload, qos, props, self.node.now())
         expiry = props.message_expiry_interval
         payload = mapping.encode(p.topic, p.payload, qos, props, self.client_id)
         if qos:
@@ -507,6 +578,7 @@ class MqttConnection:
     def _on_subscribe(self, s: Subscribe) -> None:
         assert self.session is not None
         codes = []
+        wanted = []  # (filter, granted QoS, Retain Handling, existed): for retained messages
         for sub in s.subscriptions:
             f = sub.topic_filter
             if self.version == MQTT_5 and f.startswith("$share/"):
@@ -514,6 +586,8 @@ class MqttConnection:
                 continue
             qos = sub.qos
             old = self.subs.get(f)
+            wanted.append((f, qos, sub.retain_handling if self.version == MQTT_5 else 0,
+                           old is not None))
             if old is not None and old.qos == qos:
                 codes.append(qos)
                 continue
@@ -523,7 +597,39 @@ class MqttConnection:
             self._attach(f, qos)
             codes.append(qos)
         self._send(SubAck(s.packet_id, tuple(codes)))
+        for f, qos, handling, existed in wanted:
+            if handling == 0 or (handling == 1 and not existed):
+                self._send_retained(f, qos)
         self._recredit()
+
+    def _send_retained(self, topic_filter: str, sub_qos: int) -> None:
+        """The retained messages matching a new subscription, straight from this router's
+        store with RETAIN=1, after the SUBACK: best effort (not through the engine, nobody
+        is told the outcome; a QoS 1/2 one takes a packet id of the client's receive window,
+        and goes at QoS 0 when the window is full; not resent after a reconnect)."""
+        session = self.session
+        assert session is not None
+        for r, props in retained.store(self.node).matching(topic_filter, self.node.now()):
+            qos = min(sub_qos, r.qos)
+            if qos and self._window() <= 0:
+                qos = 0
+            pid = session.alloc_pid() if qos else None
+            try:
+                raw = encode(Publish(r.topic, r.payload, qos, True, False, pid, props),
+                             self.version)
+            except ValueError as err:
+                log.warning("mqtt client %r: retained message for %r not sent: %s",
+                            self.client_id, r.topic, err)
+                continue
+            if self.client_max_packet and len(raw) > self.client_max_packet:
+                log.warning("mqtt client %r: retained message for %r not sent: %d bytes, more "
+                            "than the client's Maximum Packet Size", self.client_id, r.topic,
+                            len(raw))
+                continue
+            if pid is not None:
+                # No subscription under filter "": its ack frees the packet id, nothing more.
+                session.out[pid] = ("", b"", qos)
+            self.out += raw
 
     def _attach(self, topic_filter: str, qos: int) -> None:
         assert self.session is not None
@@ -734,9 +840,8 @@ class MqttConnection:
             s.persistent = new_expiry > 0
         log.debug("mqtt client %r disconnected (%s)", self.client_id,
                   reason_name(d.reason_code))
-        if d.reason_code == RC.DISCONNECT_WITH_WILL_MESSAGE:
-            log.warning("mqtt client %r asked for its will message, which is not supported yet",
-                        self.client_id)
+        if d.reason_code != RC.DISCONNECT_WITH_WILL_MESSAGE:
+            self.will = None  # a normal DISCONNECT discards the will
         self._close_with(b"")
 
     def keepalive_deadline(self) -> float | None:
@@ -768,6 +873,9 @@ class MqttConnection:
         if not self.closing:
             self.taken_over()
         if s is not None:
+            # The session resumed at the other router: a will waiting for its delay is
+            # dropped (one with no delay went out when this connection closed).
+            self._cancel_will(s)
             registry = _sessions(self.node)
             if registry.get(s.client_id) is s:
                 del registry[s.client_id]
@@ -796,6 +904,9 @@ class MqttConnection:
         and its undecided messages wait for a resend; otherwise both end."""
         s = self.session
         persistent = s is not None and s.persistent
+        will, self.will = self.will, None
+        if will is not None and s is not None:
+            self._will(s, will, persistent)
         if self.pub is not None:
             pub, self.pub = self.pub, None
             if s is not None:
@@ -817,6 +928,38 @@ class MqttConnection:
                 s.expires_at = self.node.now() + s.expiry
             elif registry.get(s.client_id) is s:
                 del registry[s.client_id]
+
+    def _will(self, s: SessionState, will: Will, persistent: bool) -> None:
+        """The connection ended without a normal DISCONNECT: publish the will now, or after
+        its Will Delay Interval if the session outlives the connection that long (it is
+        published when the session ends, whichever comes first; a resume cancels it)."""
+        delay = min(self.will_delay, s.expiry) if persistent else 0.0
+        self._cancel_will(s)
+        if delay <= 0:
+            WillSender(self.node, s.client_id, will)
+            return
+        node = self.node
+        s.will = will
+
+        def due() -> None:
+            if s.will is will and s.conn is None:
+                s.will = s.will_timer = None
+                WillSender(node, s.client_id, will)
+                node.flush()
+
+        s.will_timer = _call_later(delay, due)
+
+    def _cancel_will(self, s: SessionState) -> None:
+        if s.will_timer is not None:
+            s.will_timer.cancel()
+        s.will = s.will_timer = None
+
+    def _fire_pending_will(self, s: SessionState) -> None:
+        """The session ends: a will waiting for its delay goes out now."""
+        will = s.will
+        self._cancel_will(s)
+        if will is not None:
+            WillSender(self.node, s.client_id, will)
 
     def closed(self) -> None:
         """The socket is gone."""

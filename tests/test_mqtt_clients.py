@@ -323,7 +323,7 @@ def test_mosquitto_paho_amqp_across_three_routers() -> None:
     mesh = start_mesh("line", 3, extra={r: ["--mqtt", f"127.0.0.1:{ports[r]}"] for r in ids})
     with contextlib.ExitStack() as stack:
         stack.callback(mesh.stop)
-        mesh.wait_links_up()
+        mesh.wait_links_up(timeout=30.0)
         n = 150
         filters = {"ms-c": "x/#", "ms-b": "x/+/t", "pa-a": "x/#"}
         where = {"ms-c": "C", "ms-b": "B", "pa-a": "A"}
@@ -345,9 +345,9 @@ def test_mosquitto_paho_amqp_across_three_routers() -> None:
             for cid, f in filters.items():
                 if where[cid] != at:
                     mesh[at].wait_logged(
-                        f"router {at}: knows subscriber {cid}/mqtt/{f}@{where[cid]}", 15)
+                        f"router {at}: knows subscriber {cid}/mqtt/{f}@{where[cid]}", 30)
             if at != "C":
-                mesh[at].wait_logged(knows_line(at, asub, "C"), 15)
+                mesh[at].wait_logged(knows_line(at, asub, "C"), 30)
         owed = {name: [f"{name}-{i}" for i in range(n)] for name in ("ma", "mc", "ab")}
         apub = Publisher(mesh["B"].url, "x/b/t", [Message(body=b) for b in owed["ab"]],
                          window=20)

@@ -318,16 +318,19 @@ def test_malformed_packet_is_a_protocol_error_and_others_carry_on(router: Any,
     good.stop()
 
 
-def test_retain_is_refused_in_5_and_ignored_in_311(router: Any) -> None:
+def test_retain_is_accepted_in_5_and_311(router: Any) -> None:
+    """RETAIN is supported (tests/test_mqtt_will_retain.py has the store): a retained PUBLISH
+    reaches existing subscribers as a normal one, and 5.0 gets its PUBACK, not 0x9A."""
     port = router.mqtt_port
     sub = Mq(port, "rsub", V311)
     sub.subscribe("ret/#", 1)
     old = Mq(port, "r311", V311)
     mid = old.c.publish("ret/x", b"r", 1, retain=True).mid
-    wait_for(lambda: mid in old.acks and sub.got, 10, "the retained-flag message as normal")
-    s, dec = _raw_connect(port, MQTT_5, client_id="r5")
-    s.sendall(encode(Publish("ret/x", b"r", 1, True, False, 1), MQTT_5))
-    got = _read_until_closed(s, dec)
-    assert isinstance(got[-1], Disconnect) and got[-1].reason_code == 0x9A
+    wait_for(lambda: mid in old.acks and sub.got, 10, "the retained-flag message")
+    s, _ = _raw_connect(port, MQTT_5, client_id="r5")
+    s.sendall(encode(Publish("ret/x", b"r5", 1, True, False, 1), MQTT_5))
+    assert s.recv(4096)[:1] == b"\x40"  # PUBACK
+    wait_for(lambda: len(sub.got) == 2, 10, "the 5.0 retained-flag message")
+    s.close()
     old.stop()
     sub.stop()

@@ -26,7 +26,7 @@ def mesh() -> Any:
                    extra={r: ["--mqtt", f"127.0.0.1:{ports[r]}"] for r in IDS})
     m.mqtt = ports  # type: ignore[attr-defined]
     try:
-        m.wait_links_up()
+        m.wait_links_up(timeout=30.0)  # generous: three routers start on one loaded core
         yield m
     finally:
         m.stop()

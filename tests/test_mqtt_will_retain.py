@@ -1,0 +1,277 @@
+"""Will and retained messages at the MQTT edge (docs/mqtt.md, "Will and retained messages"),
+with paho-mqtt (3.1.1 and 5.0) and raw sockets (a connection lost without DISCONNECT) against
+one router process. No sleeps to synchronize: every wait is on a condition with a deadline."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from typing import Any
+
+import paho.mqtt.client as mqtt
+import pytest
+from paho.mqtt.subscribeoptions import SubscribeOptions
+
+from mqtt_edge.codec import encode
+from mqtt_edge.packets import Connect, Disconnect, Properties, Will
+from mqtt_edge.retained import RetainedStore, topic_matches
+from tests.harness import RouterProcess, free_port, wait_for
+
+V5, V311 = mqtt.MQTTv5, mqtt.MQTTv311
+LEVEL = {V5: 5, V311: 4}
+BOTH = pytest.mark.parametrize("version", [V311, V5], ids=["3.1.1", "5.0"])
+
+
+@pytest.fixture(scope="module")
+def port() -> Any:
+    p = free_port()
+    with RouterProcess("A", "--mqtt", f"127.0.0.1:{p}", "--reconnect-timeout", "5"):
+        yield p
+
+
+class Mq:
+    """A paho client on its own network thread, recording (topic, payload, qos, retain)."""
+
+    def __init__(self, port: int, client_id: str, version: int = V5) -> None:
+        self.version = version
+        self.c = mqtt.Client(callback_api_version=mqtt.CallbackAPIVersion.VERSION2,
+                             protocol=version, client_id=client_id)
+        self.got: list[tuple[str, bytes, int, bool]] = []
+        self.lock = threading.Lock()
+        self.connack: Any = None
+        self.c.on_message = self._on_message
+        self.c.on_connect = lambda c, u, f, rc, p=None: setattr(self, "connack", (rc, p))
+        self.c.connect("127.0.0.1", port, keepalive=30)
+        self.c.loop_start()
+        wait_for(lambda: self.connack is not None, 10, f"CONNACK for {client_id}")
+
+    def _on_message(self, c: Any, u: Any, m: Any) -> None:
+        with self.lock:
+            self.got.append((m.topic, m.payload, m.qos, bool(m.retain)))
+
+    def subscribe(self, topic_filter: str, qos: int, retain_handling: int = 0) -> None:
+        done = threading.Event()
+        self.c.on_subscribe = lambda *a: done.set()
+        if self.version == V5:
+            self.c.subscribe(topic_filter, options=SubscribeOptions(
+                qos=qos, retainHandling=retain_handling))
+        else:
+            self.c.subscribe(topic_filter, qos)
+        assert done.wait(10), f"no SUBACK for {topic_filter}"
+
+    def publish(self, topic: str, payload: bytes, qos: int, retain: bool = False) -> None:
+        info = self.c.publish(topic, payload, qos, retain=retain)
+        info.wait_for_publish(10)
+
+    def received(self) -> list[tuple[str, bytes, int, bool]]:
+        with self.lock:
+            return list(self.got)
+
+    def stop(self) -> None:
+        self.c.disconnect()
+        self.c.loop_stop()
+
+
+def raw_connect(port: int, connect: Connect) -> socket.socket:
+    """A connection made with a raw socket (so that it can be dropped without DISCONNECT)."""
+    s = socket.create_connection(("127.0.0.1", port), timeout=10)
+    s.sendall(encode(connect, connect.protocol_level))
+    first = s.recv(4096)  # blocks (with the socket's timeout) until the CONNACK
+    assert first[:1] == b"\x20", f"no CONNACK: {first!r}"
+    return s
+
+
+def absent(sub: Mq, pub: Mq, topic: str, unwanted: bytes) -> None:
+    """Nothing `unwanted` reached `sub` on `topic`: a marker published after it arrives
+    first (one publisher, one router: in order)."""
+    pub.publish(topic, b"marker", 1)
+    wait_for(lambda: any(g[1] == b"marker" for g in sub.received()), 10, "the marker")
+    assert unwanted not in [g[1] for g in sub.received()]
+
+
+# ---------------------------------------------------------------------------------- will
+
+
+@BOTH
+def test_will_published_when_the_connection_is_lost(port: int, version: int) -> None:
+    v = LEVEL[version]
+    topic = f"will/lost/{v}"
+    sub = Mq(port, f"wl-sub{v}", version)
+    sub.subscribe(topic, 1)
+    s = raw_connect(port, Connect(f"wl-dev{v}", v, will=Will(topic, b"gone", 1)))
+    s.close()  # no DISCONNECT
+    wait_for(lambda: sub.received(), 10, "the will message")
+    assert sub.received() == [(topic, b"gone", 1, False)]
+    sub.stop()
+
+
+@BOTH
+def test_will_not_published_on_a_clean_disconnect(port: int, version: int) -> None:
+    v = LEVEL[version]
+    topic = f"will/clean/{v}"
+    sub = Mq(port, f"wc-sub{v}", version)
+    sub.subscribe(topic, 1)
+    s = raw_connect(port, Connect(f"wc-dev{v}", v, will=Will(topic, b"gone", 1)))
+    s.sendall(encode(Disconnect(0), v))
+    s.close()
+    pub = Mq(port, f"wc-pub{v}", version)
+    absent(sub, pub, topic, b"gone")
+    sub.stop()
+    pub.stop()
+
+
+def test_disconnect_with_will_message_publishes_it(port: int) -> None:
+    topic = "will/0x04"
+    sub = Mq(port, "w4-sub")
+    sub.subscribe(topic, 2)
+    s = raw_connect(port, Connect("w4-dev", 5, will=Will(topic, b"asked", 2)))
+    s.sendall(encode(Disconnect(0x04), 5))
+    wait_for(lambda: sub.received(), 10, "the will message")
+    assert sub.received() == [(topic, b"asked", 2, False)]
+    s.close()
+    sub.stop()
+
+
+def _delayed(client_id: str, topic: str, delay: int, expiry: int) -> Connect:
+    return Connect(client_id, 5, clean_start=False,
+                   properties=Properties(session_expiry_interval=expiry),
+                   will=Will(topic, b"late", 1, properties=Properties(will_delay_interval=delay)))
+
+
+def test_will_delay(port: int) -> None:
+    topic = "will/delay"
+    sub = Mq(port, "wd-sub")
+    sub.subscribe(topic, 1)
+    s = raw_connect(port, _delayed("wd-dev", topic, 1, 60))
+    lost = time.monotonic()
+    s.close()
+    wait_for(lambda: sub.received(), 10, "the delayed will")
+    assert time.monotonic() - lost >= 0.9
+    assert sub.received() == [(topic, b"late", 1, False)]
+    sub.stop()
+
+
+def test_will_delay_longer_than_the_session_goes_with_the_session(port: int) -> None:
+    topic = "will/expiry"
+    sub = Mq(port, "we-sub")
+    sub.subscribe(topic, 1)
+    s = raw_connect(port, _delayed("we-dev", topic, 3600, 1))
+    lost = time.monotonic()
+    s.close()
+    wait_for(lambda: sub.received(), 10, "the will when the session ends")
+    assert 0.9 <= time.monotonic() - lost < 5
+    sub.stop()
+
+
+def test_will_delay_cancelled_by_a_resume(port: int) -> None:
+    topic = "will/resume"
+    sub = Mq(port, "wr-sub")
+    sub.subscribe(topic, 1)
+    s = raw_connect(port, _delayed("wr-dev", topic, 2, 60))
+    s.close()
+    s2 = raw_connect(port, _delayed("wr-dev", topic, 2, 60))  # the session resumes
+    pub = Mq(port, "wr-pub")
+    deadline = time.monotonic() + 2.5  # past the will's delay
+    while time.monotonic() < deadline:
+        absent(sub, pub, topic, b"late")
+    s2.sendall(encode(Disconnect(0), 5))
+    s2.close()
+    sub.stop()
+    pub.stop()
+
+
+def test_will_published_on_takeover_without_delay(port: int) -> None:
+    topic = "will/takeover"
+    sub = Mq(port, "wt-sub")
+    sub.subscribe(topic, 1)
+    s = raw_connect(port, Connect("wt-dev", 5, will=Will(topic, b"taken", 1)))
+    s2 = raw_connect(port, Connect("wt-dev", 5))
+    wait_for(lambda: sub.received(), 10, "the will of the taken-over connection")
+    assert sub.received() == [(topic, b"taken", 1, False)]
+    s.close()
+    s2.close()
+    sub.stop()
+
+
+# ---------------------------------------------------------------------------------- retained
+
+
+@BOTH
+def test_retained_delivered_replaced_and_cleared(port: int, version: int) -> None:
+    v = LEVEL[version]
+    topic = f"ret/{v}/a"
+    pub = Mq(port, f"rp{v}", version)
+    pub.publish(topic, b"first", 1, retain=True)  # no subscriber: kept all the same
+    late = Mq(port, f"rs1-{v}", version)
+    late.subscribe(f"ret/{v}/+", 1)
+    wait_for(lambda: late.received(), 10, "the retained message")
+    assert late.received() == [(topic, b"first", 1, True)]
+    # a live copy of a retained PUBLISH to an existing subscriber is a normal one (RETAIN 0)
+    pub.publish(topic, b"second", 1, retain=True)
+    wait_for(lambda: len(late.received()) == 2, 10, "the live copy")
+    assert late.received()[1] == (topic, b"second", 1, False)
+    later = Mq(port, f"rs2-{v}", version)
+    later.subscribe(f"ret/{v}/#", 2)
+    wait_for(lambda: later.received(), 10, "the replaced retained message")
+    assert later.received() == [(topic, b"second", 1, True)]
+    pub.publish(topic, b"", 1, retain=True)  # clears it
+    last = Mq(port, f"rs3-{v}", version)
+    last.subscribe(f"ret/{v}/a", 1)
+    absent(last, pub, topic, b"second")
+    assert [g[1] for g in last.received()] == [b"marker"]
+    for c in (pub, late, later, last):
+        c.stop()
+
+
+def test_retain_handling(port: int) -> None:
+    topic = "ret/rh/t"
+    pub = Mq(port, "rh-pub")
+    pub.publish(topic, b"kept", 0, retain=True)
+    none = Mq(port, "rh-2")
+    none.subscribe(topic, 1, retain_handling=2)
+    absent(none, pub, topic, b"kept")
+    once = Mq(port, "rh-1")
+    once.subscribe(topic, 1, retain_handling=1)
+    wait_for(lambda: once.received(), 10, "the retained message")
+    once.subscribe(topic, 1, retain_handling=1)  # exists already: none this time
+    absent(once, pub, topic, b"never")
+    assert [g[1] for g in once.received()] == [b"kept", b"marker"]
+    assert once.received()[0] == (topic, b"kept", 0, True)
+    for c in (pub, none, once):
+        c.stop()
+
+
+def test_will_with_retain_is_stored(port: int) -> None:
+    topic = "ret/will"
+    live = Mq(port, "rw-live")
+    live.subscribe(topic, 1)
+    s = raw_connect(port, Connect("rw-dev", 5, will=Will(topic, b"rip", 1, retain=True)))
+    s.close()
+    wait_for(lambda: live.received(), 10, "the will")
+    sub = Mq(port, "rw-sub")
+    sub.subscribe(topic, 1)
+    wait_for(lambda: sub.received(), 10, "the retained will")
+    assert sub.received() == [(topic, b"rip", 1, True)]
+    sub.stop()
+    live.stop()
+
+
+def test_retained_store_is_bounded() -> None:
+    store = RetainedStore(max_count=3, max_bytes=40)
+    for i in range(5):
+        store.put(f"t/{i}", b"x", 0)
+    assert [r.topic for r, _ in store.matching("#", 0.0)] == ["t/2", "t/3", "t/4"]
+    store.put("big", b"y" * 30, 0)  # 33 bytes: 45 in all, the oldest go until <= 40
+    assert [r.topic for r, _ in store.matching("#", 0.0)] == ["t/4", "big"]
+    store.put("big", b"", 0)
+    assert [r.topic for r, _ in store.matching("#", 0.0)] == ["t/4"] and store.bytes == 4
+    assert topic_matches("a/+/c", "a/b/c") and topic_matches("a/#", "a")
+    assert not topic_matches("#", "$SYS/x") and not topic_matches("a/+", "a/b/c")
+
+
+def test_connack_says_retain_available(port: int) -> None:
+    c = Mq(port, "ra")
+    props = c.connack[1]
+    assert getattr(props, "RetainAvailable", 1) == 1
+    c.stop()
