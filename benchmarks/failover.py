@@ -61,6 +61,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
+from benchmarks.common import load_line, write_json
+
 REPO = Path(__file__).resolve().parent.parent
 TOPIC = "bench/failover"
 FILTER = "bench/#"
@@ -162,7 +164,7 @@ def run_sub_client(args: argparse.Namespace) -> int:
     stats = sub.stats()
     stop.set()
     sub.close()
-    _write(args.json_out, {"role": "sub", "arrivals": arrivals, "attach": attach,
+    write_json(args.json_out, {"role": "sub", "arrivals": arrivals, "attach": attach,
                            "stats": stats, "error": error})
     return 0 if not error else 1
 
@@ -216,17 +218,10 @@ def run_pub_client(args: argparse.Namespace) -> int:
     failures = [[f.seq, f.condition, f.description] for f in pub.failures()]
     stop.set()
     pub.close()
-    _write(args.json_out, {"role": "pub", "sent": sent, "outcomes": list(outcomes),
+    write_json(args.json_out, {"role": "pub", "sent": sent, "outcomes": list(outcomes),
                            "attach": attach, "stats": stats, "failures": failures,
                            "error": error})
     return 0 if not error else 1
-
-
-def _write(path: str, report: dict[str, Any]) -> None:
-    tmp = f"{path}.tmp"
-    with open(tmp, "w") as f:
-        json.dump(report, f)
-    os.replace(tmp, path)
 
 
 def client_main(argv: list[str]) -> int:
@@ -418,7 +413,7 @@ def run_once(cfg: Config, scenario: str, run: int, workdir: Path) -> RunResult:
         if freeze:
             mesh[victim].kill()  # SIGKILL ends a stopped process too
         mesh.stop()
-    _write(str(workdir / "run.json"), {"scenario": scenario, "killed_at": killed_at,
+    write_json(str(workdir / "run.json"), {"scenario": scenario, "killed_at": killed_at,
                                        "restarted_at": restarted_at, "count": count})
     reports = {c.name.rsplit("-", 1)[1]: c.report() for c in clients}
     if reports.get("pub") is None or reports.get("sub") is None:
@@ -566,14 +561,6 @@ def summary(results: list[RunResult], scenarios: list[str]) -> list[dict[str, An
                                  default=None)
         rows.append(row)
     return rows
-
-
-def load_line() -> str:
-    try:
-        one, five, _ = os.getloadavg()
-    except OSError:
-        return "load average unknown"
-    return f"load average {one:.2f} (1 min), {five:.2f} (5 min)"
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:

@@ -44,6 +44,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks import run as bench
+from benchmarks.common import load_line, write_json
 
 TOPIC = "bench/t0"
 FILTER = "bench/#"
@@ -74,11 +75,6 @@ def _stdin_lines(on_line: Any) -> None:
         on_line(None)
 
     threading.Thread(target=run, daemon=True).start()
-
-
-def _emit(path: str, report: dict[str, Any]) -> None:
-    with open(path, "w") as f:
-        json.dump(report, f)
 
 
 def sdk_pub(args: argparse.Namespace) -> dict[str, Any]:
@@ -354,7 +350,7 @@ def client_main(argv: list[str]) -> int:
     p.add_argument("--deadline-s", type=float, default=120.0)
     args = p.parse_args(argv)
     report = CLIENTS[args.role](args)
-    _emit(args.json_out, report)
+    write_json(args.json_out, report)
     return 0 if not report["error"] else 1
 
 
@@ -699,11 +695,6 @@ def medians(rows: list[Row], kinds: list[str], quiet: bool = False) -> list[dict
             med[key] = statistics.median(vals) if vals else None
         out.append(med)
     return out
-
-
-def load_line() -> str:
-    one, five, _ = os.getloadavg()
-    return f"load average {one:.2f} (1 min), {five:.2f} (5 min)"
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:

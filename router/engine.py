@@ -692,17 +692,22 @@ class Engine(FailoverMixin):
             if rec.presettled or sub.presettled:
                 # At most once: nothing will come back for this copy.
                 actions.append(Send(link, rec.out_tag, rec.payload, attempt, True))
-                copy.state = ACCEPTED_STATE
-                copy.sub_settled = True
-                rec.accepted += 1
-                rec.pending -= 1
-                self._decide(rec)
-                self._maybe_forget(rec)
+                self._accepted_settled(rec, copy)
             else:
                 copy.state = SENT
                 copy.sub_settled = False  # a redelivery is a new transfer to settle
                 sub.inflight[rec.out_tag] = rec
                 actions.append(Send(link, rec.out_tag, rec.payload, attempt, False))
+
+    def _accepted_settled(self, rec: Record, copy: Copy) -> None:
+        """A pending copy counts as accepted with nothing left to settle on the link (sent
+        pre-settled, or declared accepted by a resuming subscriber)."""
+        copy.state = ACCEPTED_STATE
+        copy.sub_settled = True
+        rec.accepted += 1
+        rec.pending -= 1
+        self._decide(rec)
+        self._maybe_forget(rec)
 
     def _fail(self, rec: Record, copy: Copy, reason: str) -> None:
         copy.state = FAILED

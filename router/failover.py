@@ -547,12 +547,7 @@ class FailoverMixin:
             if rec is not None and copy is not None:
                 if state == "accepted" and copy.state in (QUEUED, SENT):
                     sub.inflight.pop(rec.out_tag, None)
-                    copy.state = ACCEPTED_STATE
-                    copy.sub_settled = True
-                    rec.accepted += 1
-                    rec.pending -= 1
-                    self._decide(rec)
-                    self._maybe_forget(rec)
+                    self._accepted_settled(rec, copy)
                 known[tag] = "accepted" if copy.state == ACCEPTED_STATE else "unsettled"
             else:
                 sub.placeholders[tag] = state
