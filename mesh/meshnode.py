@@ -11,6 +11,7 @@ simulation in the tests possible.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from router.actions import Forget, Forward, MeshAction, Subscribed, Verdict
@@ -24,6 +25,7 @@ from .transfer import Transfer
 log = logging.getLogger("exactmesh.mesh")
 
 MSG, VERDICT, FORGET, BATCH = "msg", "verdict", "forget", "batch"
+RETAIN = "retain"  # an MQTT retained message, shared with every router (mqtt_edge/retained.py)
 MAX_BATCH = 256  # items in one transfer item: bounds a frame to about this many messages
 
 
@@ -68,6 +70,12 @@ class MeshNode:
         self._run_dests: tuple[str, ...] = ()
         self._run_items: list[list] = []
         self._now = 0.0
+        # MQTT retained messages (set by the MQTT edge; without one they are not kept here):
+        # what to do with one another router shared, and this router's own, for a router
+        # that becomes reachable.
+        self.on_retained: Callable[[str, list], Any] | None = None
+        self.retained_source: Callable[[str, set[str]], list[list]] | None = None
+        self._reached: set[str] = set()
 
     # ------------------------------------------------------------------ output
 
@@ -104,6 +112,9 @@ class MeshNode:
 
     def _after_topology_change(self, now: float) -> None:
         reachable = self.topology.reachable()
+        for router in sorted(reachable - self._reached):
+            self._send_retained_to(router, now)
+        self._reached = set(reachable)
         for router in list(self._unreachable_since):
             if router in reachable:
                 del self._unreachable_since[router]
@@ -182,6 +193,8 @@ class MeshNode:
         self.transfer.reset_destination(router, inc)
         self.engine.peer_lost(router, f"was on router {router}, which restarted",
                               restarted=True, now=self._now)
+        if router in self._reached:  # back before we noticed it was gone: it knows nothing
+            self._send_retained_to(router, self._now)
 
     # ------------------------------------------------------------------ routing
 
@@ -227,6 +240,21 @@ class MeshNode:
             engine.peer_verdict(src, msg_id, accepted, status, keys)
         elif kind == FORGET:
             engine.remote_forget(src, item[1], item[2] if len(item) > 2 else None)
+        elif kind == RETAIN and self.on_retained is not None:
+            self.on_retained(src, item)
+
+    # ------------------------------------------------------------------ retained (MQTT)
+
+    def share_retained(self, item: list, now: float) -> None:
+        """Send a retained message (or its clearing) of a local device to every reachable
+        router. One that is not reachable now gets it when it becomes reachable."""
+        self._transmit(sorted(self.topology.reachable()), item, now)
+
+    def _send_retained_to(self, router: str, now: float) -> None:
+        if self.retained_source is None:
+            return
+        for item in self.retained_source(router, self.topology.reachable()):
+            self._transmit([router], item, now)
 
     # ------------------------------------------------------------------ engine actions
 

@@ -23,6 +23,7 @@ import trio
 
 from router.config import HostPort
 
+from . import retained
 from .session import MqttConnection
 
 log = logging.getLogger("exactmesh.mqtt")
@@ -38,6 +39,7 @@ async def serve_mqtt(
     node: Any, where: HostPort, *, task_status: Any = trio.TASK_STATUS_IGNORED
 ) -> None:
     listeners = await trio.open_tcp_listeners(where.port, host=where.host)
+    retained.store(node)  # now, so that retained messages other routers share are kept
     task_status.started(listeners)
     await trio.serve_listeners(partial(_serve_connection, node), listeners)
 

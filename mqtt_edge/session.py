@@ -165,8 +165,7 @@ class WillSender:
         node.register_link(link, self, self.pub)
         engine.attach_publisher(link, LinkIdentity(client_id, WILL_LINK), "mqtt", ALL)
         if will.retain:
-            retained.store(node).put(will.topic, will.payload, will.qos, will.properties,
-                                     node.now())
+            retained.retain(node, will.topic, will.payload, will.qos, will.properties)
         props = will.properties
         expiry = props.message_expiry_interval
         payload = mapping.encode(will.topic, will.payload, will.qos, props, client_id)
@@ -511,7 +510,7 @@ class MqttConnection:
             return
         pub.credit -= 1
         if p.retain:  # this router's store: kept (or cleared) as it arrives
-            retained.store(self.node).put(p.topic, p.payload, qos, props, self.node.now())
+            retained.retain(self.node, p.topic, p.payload, qos, props)
         expiry = props.message_expiry_interval
         payload = mapping.encode(p.topic, p.payload, qos, props, self.client_id)
         if qos:

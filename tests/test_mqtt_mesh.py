@@ -176,3 +176,46 @@ def test_qos2_publisher_fails_over_mid_stream_exactly_once(mesh: Any) -> None:
         assert got == owed, f"{at}: out of order"
     for s in (*subs.values(), dev):
         s.stop()
+
+
+def test_retained_messages_across_routers(mesh: Any) -> None:
+    """Retained messages are shared by every router (docs/mqtt.md): a subscription at any
+    router gets what devices at other routers retained, the newest per topic wins, a
+    clearing at one router clears it everywhere, and a router that restarts empty gets the
+    store back from the others, its own devices' entries included."""
+    from tests.test_mqtt_will_retain import Mq as RMq
+
+    p = mesh.mqtt
+    dev_a, dev_c = RMq(p["A"], "ret-dev-a"), RMq(p["C"], "ret-dev-c")
+    dev_a.publish("ret/a", b"from A", 1, retain=True)
+    dev_c.publish("ret/c", b"from C", 1, retain=True)
+    dev_c.publish("ret/a", b"from C, newer", 1, retain=True)  # same topic, newer: it wins
+    for at in ("A", "B"):  # C's entries reached A and B over the mesh
+        mesh[at].wait_logged(f"router {at}: retained message for 'ret/a' from router C kept")
+    mesh["B"].wait_logged("router B: retained message for 'ret/a' from router A kept")
+
+    def retained_at(router: str, name: str) -> dict[str, bytes]:
+        sub = RMq(p[router], name)
+        sub.subscribe("ret/#", 1)
+        sub.subscribe("ret-none/x", 0)  # its SUBACK comes after the retained messages
+        got = {t: payload for t, payload, _qos, retain in sub.received() if retain}
+        sub.stop()
+        return got
+
+    want = {"ret/a": b"from C, newer", "ret/c": b"from C"}
+    for at in IDS:
+        assert retained_at(at, f"ret-sub-{at}") == want, at
+    dev_b = RMq(p["B"], "ret-dev-b")
+    dev_b.publish("ret/c", b"", 1, retain=True)  # clears it, mesh-wide
+    for at in ("A", "C"):
+        mesh[at].wait_logged(f"router {at}: retained message for 'ret/c' from router B kept")
+    assert retained_at("A", "ret-sub-a2") == {"ret/a": b"from C, newer"}
+    # C restarts with an empty store: A and B send it everything, C's own entry included.
+    mesh["C"].kill()
+    mesh["C"].restart()
+    mesh.wait_links_up(timeout=30.0)
+    mesh["C"].wait_logged("router C: retained message for 'ret/a' from router", timeout=20)
+    mesh["C"].wait_logged("router C: retained message for 'ret/c' from router", timeout=20)
+    assert retained_at("C", "ret-sub-c2") == {"ret/a": b"from C, newer"}
+    for c in (dev_a, dev_b, dev_c):
+        c.stop()

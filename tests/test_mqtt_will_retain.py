@@ -264,10 +264,46 @@ def test_retained_store_is_bounded() -> None:
     assert [r.topic for r, _ in store.matching("#", 0.0)] == ["t/2", "t/3", "t/4"]
     store.put("big", b"y" * 30, 0)  # 33 bytes: 45 in all, the oldest go until <= 40
     assert [r.topic for r, _ in store.matching("#", 0.0)] == ["t/4", "big"]
-    store.put("big", b"", 0)
-    assert [r.topic for r, _ in store.matching("#", 0.0)] == ["t/4"] and store.bytes == 4
+    store.put("big", b"", 0)  # cleared: an empty entry stays (3 bytes) so nothing older returns
+    assert [r.topic for r, _ in store.matching("#", 0.0)] == ["t/4"] and store.bytes == 7
+    assert len(store) == 1 and store.get("big") is None
     assert topic_matches("a/+/c", "a/b/c") and topic_matches("a/#", "a")
     assert not topic_matches("#", "$SYS/x") and not topic_matches("a/+", "a/b/c")
+
+
+def test_retained_entries_merge_newest_wins() -> None:
+    """What routers share (mqtt_edge/retained.py): the newest stamp per topic wins on every
+    router, a clearing included, whatever order the entries arrive in."""
+    props = Properties(user_properties=(("k", "v"), ("k", "w")), message_expiry_interval=60,
+                       content_type="text/plain")
+    a, b, c = (RetainedStore(router=r) for r in "ABC")
+    old = a.put("t/x", b"old", 1, props, now=0.0, wall=100.0)
+    new = b.put("t/x", b"new", 2, now=0.0, wall=200.0)
+    assert old is not None and new is not None
+    # C hears the newer one first, then the older one late: the older one does not win.
+    assert c.merge(new.wire(0.0), now=0.0) and not c.merge(old.wire(0.0), now=0.0)
+    assert c.get("t/x").payload == b"new"  # type: ignore[union-attr]
+    # Properties and the expiry interval left survive the trip.
+    assert b.merge(old.wire(10.0), now=5.0) is False
+    assert c.merge(a.put("t/y", b"y", 1, props, now=0.0, wall=300.0).wire(10.0), now=5.0)
+    ((_entry, sent),) = c.matching("t/y", now=6.0)
+    assert sent.user_properties == (("k", "v"), ("k", "w")) and sent.content_type == "text/plain"
+    assert sent.message_expiry_interval == 49
+    # A clearing newer than the value removes it everywhere it arrives, in any order.
+    clear = b.put("t/x", b"", 0, now=0.0, wall=400.0)
+    assert clear is not None and c.merge(clear.wire(0.0), now=0.0)
+    assert c.get("t/x") is None and not c.merge(new.wire(0.0), now=0.0)
+    # A router that becomes reachable gets a router's own entries, and those whose origin
+    # cannot send them: itself (it may have restarted empty), or a router not reachable.
+    assert [i[1] for i in b.for_router("C", {"A", "C"}, 0.0)] == ["t/x"]
+    assert [i[1] for i in a.for_router("C", {"B", "C"}, 0.0)] == ["t/x", "t/y"]
+    assert [i[1] for i in c.for_router("B", {"A", "B"}, 0.0)] == ["t/x"]  # B's, for B
+    assert [i[1] for i in c.for_router("A", {"A"}, 0.0)] == ["t/y", "t/x"]  # B unreachable
+    assert [i[1] for i in c.for_router("A", {"A", "B"}, 0.0)] == ["t/y"]
+    # Stamps of one router only grow, even if its wall clock steps back.
+    s1 = a.put("t/z", b"1", 0, wall=1000.0)
+    s2 = a.put("t/z", b"2", 0, wall=999.0)
+    assert s1 is not None and s2 is not None and s2.stamp > s1.stamp
 
 
 def test_connack_says_retain_available(port: int) -> None:
