@@ -697,6 +697,19 @@ class Decoder:
             while pos < n:
                 first = data[pos]
                 ptype = first >> 4
+                # The common acknowledgement (PUBACK/PUBREC/PUBREL/PUBCOMP, remaining length
+                # 2: no reason code, no properties) short-cut; anything unusual about it
+                # (packet id 0, not allowed here yet) takes the full path below.
+                if first in _PLAIN_ACK_FIRST and pos + 3 < n and data[pos + 1] == 2 \
+                        and ptype in parsers:
+                    packet_id = (data[pos + 2] << 8) | data[pos + 3]
+                    if packet_id:
+                        packets.append(make_ack(_ACK_CLASSES[ptype], packet_id, 0,
+                                                EMPTY_PROPERTIES))
+                        self._count += 1
+                        pos += 4
+                        ptype = None
+                        continue
                 parse = parsers.get(ptype)
                 if parse is None:
                     raise self._unexpected(ptype)
@@ -1382,6 +1395,8 @@ def _trailing(pos: int, end: int) -> ProtocolError:
     )
 
 
+# First bytes of PUBACK, PUBREC, PUBREL (flags 0010) and PUBCOMP: the decoder's short-cut.
+_PLAIN_ACK_FIRST = frozenset({0x40, 0x50, 0x62, 0x70})
 _ACK_CLASSES: dict[int, Any] = {
     _T.PUBACK: PubAck,
     _T.PUBREC: PubRec,

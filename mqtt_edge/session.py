@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import logging
 import secrets
+import struct
 from collections import deque
 from typing import TYPE_CHECKING, Any
 
@@ -77,6 +78,11 @@ HELD_QOS0 = 64  # held packets beyond the receive maximum before the reader paus
 QOS0_CREDIT = 1000  # engine credit of a QoS 0 subscription, topped up as output drains
 OUTPUT_HIGH = 256 * 1024  # bytes of unsent output above which QoS 0 credit is not topped up
 REASON_STRING_MAX = 1000
+# A PUBACK / PUBREC / PUBREL / PUBCOMP with reason code 0 and no properties is four bytes in
+# both versions (5.0 section 3.4.2.1: the code may be left out when it is 0): written
+# directly, it skips building a packet object and the encoder on the per-message path.
+_PACK_ACK = struct.Struct(">BBH").pack
+_PUBACK, _PUBREC, _PUBREL, _PUBCOMP = 0x40, 0x50, 0x62, 0x70
 NEVER_EXPIRES = 0xFFFFFFFF
 CONNECT_TIMEOUT = 10.0  # seconds a new connection has to send CONNECT
 
@@ -250,6 +256,7 @@ class MqttConnection:
         self.client_max_packet = 0
         self.problem_info = True
         self.backlog: deque[tuple[SubLink, Send]] = deque()
+        self._credit_due = False  # packet ids came free: give credit after this batch
         self._q0_tag = 0
         self.will: Will | None = None  # published if the connection ends without DISCONNECT
         self.will_delay = 0.0  # its Will Delay Interval (5.0)
@@ -276,6 +283,7 @@ class MqttConnection:
                     self._dispatch(packet)
             if not self.closing:
                 self._codec_error(err)
+            self._credit_now()
             self.node.flush()
             return
         for packet in packets:
@@ -285,6 +293,7 @@ class MqttConnection:
                 self.held.append(packet)  # after the PUBLISHes waiting for credit, in order
             else:
                 self._dispatch(packet)
+        self._credit_now()
         self.node.flush()
         self._output()
 
@@ -482,10 +491,13 @@ class MqttConnection:
         pub = self.pub
         assert pub is not None and self.session is not None
         props = p.properties
-        if props.topic_alias is not None:
-            self._protocol_error(RC.TOPIC_ALIAS_INVALID, "this server allows no topic aliases "
-                                 "(CONNACK Topic Alias Maximum 0)")
-            return
+        expiry = None
+        if props is not EMPTY_PROPERTIES:  # (an absent property is a slow attribute miss)
+            if props.topic_alias is not None:
+                self._protocol_error(RC.TOPIC_ALIAS_INVALID, "this server allows no topic "
+                                     "aliases (CONNACK Topic Alias Maximum 0)")
+                return
+            expiry = props.message_expiry_interval
         qos = p.qos
         if qos == 0:
             self._q0_tag += 1
@@ -511,7 +523,6 @@ class MqttConnection:
         pub.credit -= 1
         if p.retain:  # this router's store: kept (or cleared) as it arrives
             retained.retain(self.node, p.topic, p.payload, qos, props)
-        expiry = props.message_expiry_interval
         payload = mapping.encode(p.topic, p.payload, qos, props, self.client_id)
         if qos:
             self.awaiting[tag] = (p.packet_id, qos)  # type: ignore[assignment]
@@ -551,10 +562,16 @@ class MqttConnection:
         if text and self.version == MQTT_5 and self.problem_info:
             props = Properties(reason_string=text[:REASON_STRING_MAX])
         if qos == 1:
-            self._send(PubAck(pid, code, props))
+            if code or props:
+                self._send(PubAck(pid, code, props))
+            else:
+                self.out += _PACK_ACK(_PUBACK, 2, pid)
             self.engine.publisher_settled(self.pub.id, tag)  # type: ignore[union-attr]
         else:
-            self._send(PubRec(pid, code, props))
+            if code or props:
+                self._send(PubRec(pid, code, props))
+            else:
+                self.out += _PACK_ACK(_PUBREC, 2, pid)
             if code < 0x80:
                 self.session.in_rec[pid] = code
             else:  # a failed QoS 2 exchange ends with the PUBREC (5.0 section 4.3.3)
@@ -570,7 +587,7 @@ class MqttConnection:
             return
         if self.pub is not None:
             self.engine.publisher_settled(self.pub.id, p.packet_id.to_bytes(2, "big"))
-        self._send(PubComp(p.packet_id))
+        self.out += _PACK_ACK(_PUBCOMP, 2, p.packet_id)
 
     # ---------------------------------------------------------------- SUBSCRIBE
 
@@ -765,7 +782,7 @@ class MqttConnection:
             return
         if p.reason_code < 0x80:
             self.session.out_rel.add(p.packet_id)  # type: ignore[union-attr]
-            self._send(PubRel(p.packet_id))
+            self.out += _PACK_ACK(_PUBREL, 2, p.packet_id)
         if done[0] is not None:
             self._answer(done[0], done[1], p.reason_code, p.properties)
         self._freed()
@@ -785,12 +802,18 @@ class MqttConnection:
             self.engine.copy_outcome(sl.id, tag, Disposition.REJECTED, settled=True, error=why)
 
     def _freed(self) -> None:
-        """A packet id came free: send what waited for the window, then give credit."""
+        """A packet id came free: send what waited for the window; the subscriptions get
+        the room left as credit once the packets in hand are processed (`_credit_now`)."""
         while self.backlog and self._window() + len(self.backlog) > 0:
             sl, action = self.backlog.popleft()
             if sl.filter in self.subs:
                 self._send_unsettled(sl, action)
-        self._recredit()
+        self._credit_due = True
+
+    def _credit_now(self) -> None:
+        if self._credit_due:
+            self._credit_due = False
+            self._recredit()
 
     def output_drained(self) -> None:
         """The writer sent everything: top up QoS 0 subscriptions that stopped for output."""
@@ -823,6 +846,7 @@ class MqttConnection:
             else:
                 self._protocol_error(RC.IMPLEMENTATION_SPECIFIC_ERROR,
                                      f"{action.condition}: {action.description}")
+        self._credit_now()
         self._output()
 
     # ---------------------------------------------------------------- ending

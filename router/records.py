@@ -7,6 +7,7 @@ message arrived. `peers` is the room the mesh keeps for per-router state.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from collections import deque
 from dataclasses import dataclass
@@ -41,13 +42,21 @@ def outgoing_tag(container: str, link_name: str, tag: bytes) -> bytes:
     resumed subscriber and the new router agree on it without a per-message mapping, and it
     fits AMQP's 32-byte limit whatever the publisher's tag and names are. Hex rather than raw
     bytes because proton's Python binding decodes delivery tags as UTF-8 and fails on others."""
+    h = _identity_hash(container, link_name).copy()
+    h.update(tag)
+    return h.hexdigest().encode()
+
+
+@functools.lru_cache(maxsize=4096)
+def _identity_hash(container: str, link_name: str) -> Any:
+    """The digest state after the publisher's identity: one per publisher link, so each
+    message hashes only its own tag (this is on the per-message path)."""
     h = hashlib.blake2b(digest_size=16)
     h.update(container.encode())
     h.update(b"\x00")
     h.update(link_name.encode())
     h.update(b"\x00")
-    h.update(tag)
-    return h.hexdigest().encode()
+    return h
 
 
 @dataclass(slots=True, frozen=True)
