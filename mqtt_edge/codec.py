@@ -1559,6 +1559,34 @@ def _enc_publish(p: Publish, v5: bool) -> bytes:
     return b"".join((_header(first, length), raw_topic, pid, raw_props, payload))
 
 
+_raw_topics: dict[str, bytes] = {}
+_RAW_TOPICS_MAX = 4096
+
+
+def encode_plain_publish(topic: str, payload: bytes, qos: int, dup: bool, packet_id: int,
+                         v5: bool) -> bytes:
+    """The bytes of ``Publish(topic, payload, qos, False, dup, packet_id)`` with no properties,
+    for the server's per-message path: no packet object, and the encoded topic name cached.
+    ``packet_id`` is ignored at QoS 0. Raises ``ValueError`` as `encode` does."""
+    raw_topic = _raw_topics.get(topic)
+    if raw_topic is None:
+        raw_topic = _enc_str(topic, "topic name")
+        if len(_raw_topics) >= _RAW_TOPICS_MAX:
+            _raw_topics.clear()
+        _raw_topics[topic] = raw_topic
+    if qos:
+        if not 0 < packet_id <= 0xFFFF:
+            _check_packet_id(packet_id, f"QoS {qos} PUBLISH")
+        pid = packet_id.to_bytes(2, "big")
+        first = 0x30 | (qos << 1) | (0x08 if dup else 0)
+    else:
+        pid = b""
+        first = 0x30
+    props = b"\x00" if v5 else b""
+    length = len(raw_topic) + len(pid) + len(props) + len(payload)
+    return b"".join((_header(first, length), raw_topic, pid, props, payload))
+
+
 def _enc_ack(p: PubAck | PubRec | PubRel | PubComp, v5: bool) -> bytes:
     ptype = p.TYPE
     first = 0x62 if ptype == _T.PUBREL else ptype << 4

@@ -38,7 +38,7 @@ from router.failover import LINK_STOLEN
 from router.records import ALL, LinkIdentity
 
 from . import mapping, retained
-from .codec import MQTT_5, Decoder, ProtocolError, encode
+from .codec import MQTT_5, Decoder, ProtocolError, encode, encode_plain_publish
 from .packets import (
     EMPTY_PROPERTIES,
     ConnAck,
@@ -735,10 +735,14 @@ class MqttConnection:
             rec = self.engine.find(action.tag.decode())
             topic = rec.address if rec is not None else sl.filter
         qos = 0 if action.settled else min(sl.qos, d.qos)
-        packet = Publish(topic, d.payload, qos, False, action.attempt > 0 and qos > 0,
-                         pid if qos else None, d.properties)
+        dup = action.attempt > 0 and qos > 0
         try:
-            raw = encode(packet, self.version)
+            if d.properties is EMPTY_PROPERTIES:
+                raw = encode_plain_publish(topic, d.payload, qos, dup, pid,
+                                           self.version == MQTT_5)
+            else:
+                raw = encode(Publish(topic, d.payload, qos, False, dup, pid if qos else None,
+                                     d.properties), self.version)
         except ValueError as err:
             self._fail_copy(sl, action, f"could not be encoded as an MQTT PUBLISH ({err})")
             return 0

@@ -1675,3 +1675,18 @@ def test_paho_client_against_the_codec(version: int) -> None:
     subscribe = next(p for p in log if isinstance(p, Subscribe))
     assert [(s.topic_filter, s.qos) for s in subscribe.subscriptions] == [("a/+", 1), ("b/#", 2)]
     assert received[0].topic == "to/paho" and received[0].payload == b"hello paho"
+
+
+@pytest.mark.parametrize("v5", [False, True], ids=["3.1.1", "5.0"])
+def test_plain_publish_encoder_matches_encode(v5: bool) -> None:
+    """The server's short-cut for a PUBLISH without properties gives the bytes `encode` gives."""
+    from mqtt_edge.codec import encode_plain_publish
+
+    for qos, dup in ((0, False), (1, False), (1, True), (2, False), (2, True)):
+        for topic in ("a/b", "\u00e9/\u00fc", "x" * 200):
+            for payload in (b"", b"y" * 100, b"z" * 300):
+                pid = 77 if qos else None
+                want = encode(Publish(topic, payload, qos, False, dup, pid), 5 if v5 else 4)
+                assert encode_plain_publish(topic, payload, qos, dup, pid or 0, v5) == want
+    with pytest.raises(ValueError):
+        encode_plain_publish("a\x00b", b"", 0, False, 0, v5)
