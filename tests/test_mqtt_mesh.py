@@ -259,3 +259,27 @@ def test_retained_messages_across_routers(mesh: Any) -> None:
     assert retained_at("C", "ret-sub-c2") == {"ret/a": b"from C, newer"}
     for c in (dev_a, dev_b, dev_c):
         c.stop()
+
+
+def test_will_across_routers(mesh: Any) -> None:
+    """A device at A with a retained will loses its connection (no DISCONNECT): a subscriber
+    at C gets the will, and a device subscribing at B later gets it as a retained message."""
+    from mqtt_edge.packets import Connect, Will
+    from tests.test_mqtt_will_retain import Mq as RMq
+    from tests.test_mqtt_will_retain import raw_connect
+
+    p = mesh.mqtt
+    sub = RMq(p["C"], "will-sub-c")
+    sub.subscribe("will/dev", 1)
+    knows(mesh, "A", "will-sub-c", "will/dev", "C")
+    s = raw_connect(p["A"], Connect("will-dev", 5, keep_alive=30,
+                                     will=Will("will/dev", b"offline", 1, retain=True)))
+    s.close()  # dropped: the will goes out
+    wait_for(lambda: [g[1] for g in sub.received()] == [b"offline"], 15, "the will at C")
+    mesh["B"].wait_logged("router B: retained message for 'will/dev' from router A kept")
+    late = RMq(p["B"], "will-late-b")
+    late.subscribe("will/#", 1)
+    wait_for(lambda: (("will/dev", b"offline", 1, True) in late.received()), 10,
+             "the retained will at B")
+    for c in (sub, late):
+        c.stop()
