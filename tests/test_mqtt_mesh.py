@@ -93,6 +93,18 @@ def test_mqtt_and_amqp_across_routers(mesh: Any) -> None:
         client.stop()
 
 
+def move_to(dev: Mq, port: int, router: str) -> None:
+    """The device (its network thread stopped) connects to another router with the same
+    client id and its session kept (clean start off, expiry 60 s), as a device given several
+    routers does when its router is lost."""
+    dev.connack = None
+    props = PahoProperties(PacketTypes.CONNECT)
+    props.SessionExpiryInterval = 60
+    dev.c.connect("127.0.0.1", port, keepalive=30, clean_start=False, properties=props)
+    dev.c.loop_start()
+    wait_for(lambda: dev.connack is not None, 10, f"CONNACK at {router}")
+
+
 def no_reconnect(dev: Mq) -> None:
     """paho's network thread reconnects on its own after a disconnect: a client whose session
     is taken over must not take it back."""
@@ -163,12 +175,7 @@ def test_qos2_publisher_fails_over_mid_stream_exactly_once(mesh: Any, at: tuple[
     mesh["A"].kill()
     dev.c.loop_stop()
     assert len(dev.acks) < n, "the stream ended before the kill"
-    dev.connack = None
-    props = PahoProperties(PacketTypes.CONNECT)
-    props.SessionExpiryInterval = 60
-    dev.c.connect("127.0.0.1", p["B"], keepalive=30, clean_start=False, properties=props)
-    dev.c.loop_start()
-    wait_for(lambda: dev.connack is not None, 10, "CONNACK at B")
+    move_to(dev, p["B"], "B")
     wait_for(lambda: len(dev.acks) == n, 40, "every PUBCOMP at B")
     for r, s in subs.items():
         wait_for(lambda s=s: len(s.got) >= n, 20, f"the subscriber at {r}")
@@ -199,12 +206,7 @@ def test_subscribing_device_whose_router_crashes_loses_nothing(mesh: Any) -> Non
     dev.c.loop_stop()
     before = len(dev.payloads())
     assert before < n, "the stream ended before the kill"
-    dev.connack = None
-    props = PahoProperties(PacketTypes.CONNECT)
-    props.SessionExpiryInterval = 60
-    dev.c.connect("127.0.0.1", p["B"], keepalive=30, clean_start=False, properties=props)
-    dev.c.loop_start()
-    wait_for(lambda: dev.connack is not None, 10, "CONNACK at B")
+    move_to(dev, p["B"], "B")
     wait_for(lambda: set(dev.payloads()) == set(owed), 40, "every message at the device")
     wait_for(lambda: len(pub.acks) == n, 20, "every PUBCOMP at the publisher")
     got = dev.payloads()
