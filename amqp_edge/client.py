@@ -51,12 +51,14 @@ __all__ = [
     "ClientClosed",
     "ClientError",
     "Failure",
+    "MemoryPublisherStore",
     "Outcome",
     "Publisher",
     "ReceivedMessage",
     "RouterUnreachable",
     "StoreError",
     "Subscriber",
+    "encode_message",
     "parse_urls",
 ]
 
@@ -528,6 +530,73 @@ class Failure:
     description: str
 
 
+def encode_message(name: str, topic: str, seq: int, body: bytes | str,
+                   properties: dict | None = None, ttl: float | None = None) -> bytes:
+    """The AMQP bytes a `Publisher` named `name` sends as message `seq` (id "NAME:seq",
+    durable): what a `MemoryPublisherStore` is preloaded with."""
+    if not isinstance(body, bytes | str):
+        raise TypeError(f"body must be bytes or str, not {type(body).__name__}")
+    msg = Message(body=body, address=topic, id=f"{name}:{seq}", properties=properties,
+                  durable=True)
+    if ttl is not None:
+        msg.ttl = ttl
+    return msg.encode()
+
+
+class MemoryPublisherStore:
+    """A `Publisher` outbox kept in memory instead of SQLite (`Publisher(..., store=...)`),
+    for a caller that keeps durability itself and chooses the sequence numbers (so the tags,
+    b"SEQ") and the identity: e.g. the Spark data source (spark_connector), which derives
+    both from the query, batch, partition and row, and recomputes the same messages after a
+    failure.
+
+    `preload` is [(seq, payload)], payloads from `encode_message`: they are the messages
+    "without an outcome" the publisher finds on start, so it declares all of them in its
+    attach (`exactmesh:resume`, docs/resume-protocol.md) and sends them in sequence order;
+    a mesh that already has one (a live record or a tombstone) answers it without delivering
+    it again. Keep a preload within what one attach frame holds (32 KiB: about 2,500 tags of
+    up to 9 digits). Nothing survives the process."""
+
+    def __init__(self, preload: Sequence[tuple[int, bytes]] = ()) -> None:
+        self._pending: dict[int, bytes] = dict(preload)
+        self._failed: dict[int, tuple[str, str]] = {}
+        self._accepted = 0
+        self._next_seq = max(self._pending, default=0) + 1
+
+    def next_seq(self) -> int:
+        return self._next_seq
+
+    def accepted_total(self) -> int:
+        return self._accepted
+
+    def pending(self) -> list[tuple[int, bytes]]:
+        return sorted(self._pending.items())
+
+    def failures(self) -> list[Failure]:
+        return [Failure(seq, cond, desc) for seq, (cond, desc) in sorted(self._failed.items())]
+
+    def clear_failures(self) -> int:
+        n = len(self._failed)
+        self._failed.clear()
+        return n
+
+    def commit(self, inserts: Sequence[tuple[int, bytes]] = (), accepted: Sequence[int] = (),
+               failed: Sequence[tuple[int, str, str]] = (),
+               next_seq: int | None = None) -> None:
+        self._pending.update(inserts)
+        for seq in accepted:
+            if self._pending.pop(seq, None) is not None:
+                self._accepted += 1
+        for seq, cond, desc in failed:
+            self._pending.pop(seq, None)
+            self._failed[seq] = (cond, desc)
+        if next_seq is not None:
+            self._next_seq = max(self._next_seq, next_seq)
+
+    def close(self) -> None:
+        pass
+
+
 class Publisher(_ClientLoop):
     """Publishes to one topic with exactly-once resends across reconnects and restarts.
 
@@ -541,6 +610,8 @@ class Publisher(_ClientLoop):
       resends it in order. A new Publisher on an existing state_dir resends what it finds.
     - `on_outcome(seq, outcome)` (optional) is called on the I/O thread after the outcome is
       committed; keep it short.
+    - `store` (instead of `state_dir`): an outbox object such as `MemoryPublisherStore`, whose
+      preloaded messages are declared and resent like those found in a state directory.
     """
 
     kind = "publisher"
@@ -551,13 +622,14 @@ class Publisher(_ClientLoop):
         topic: str,
         *,
         id: str,
-        state_dir: str,
+        state_dir: str | None = None,
         window: int = 100,
         on_outcome: Callable[[int, Outcome], None] | None = None,
         connect_timeout: float | None = None,
         idle_timeout: float = IDLE_TIMEOUT,
         mode: str | None = None,
         synchronous: str = "NORMAL",
+        store: Any = None,
     ) -> None:
         try:
             validate_topic(topic)
@@ -566,7 +638,13 @@ class Publisher(_ClientLoop):
         if window < 1:
             raise ValueError("window must be at least 1")
         parse_urls(urls)  # every argument is checked before the state directory is touched
-        self._store = PublisherStore(state_dir, _check_name(id), topic, synchronous)
+        if (store is None) == (state_dir is None):
+            raise ValueError("give a publisher either state_dir or store (not both)")
+        if store is None:
+            store = PublisherStore(state_dir, _check_name(id), topic, synchronous)
+        else:
+            _check_name(id)
+        self._store = store
         super().__init__(urls, id, connect_timeout=connect_timeout, idle_timeout=idle_timeout)
         self.topic = topic
         self.link_name = f"pub/{self._name}"
@@ -592,7 +670,7 @@ class Publisher(_ClientLoop):
         self._retry_timer: Any = None
         if loaded:
             log.info("publisher %s: resending %d message(s) from %s", self._name, len(loaded),
-                     state_dir)
+                     state_dir or "its store")
         self._start()
 
     # ------------------------------------------------------------------ application API
@@ -640,14 +718,8 @@ class Publisher(_ClientLoop):
         return seq
 
     def _enqueue(self, body: bytes | str, properties: dict | None, ttl: float | None) -> int:
-        if not isinstance(body, bytes | str):
-            raise TypeError(f"body must be bytes or str, not {type(body).__name__}")
         seq = self._next_seq
-        msg = Message(body=body, address=self.topic, id=f"{self._name}:{seq}",
-                      properties=properties, durable=True)
-        if ttl is not None:
-            msg.ttl = ttl
-        payload = msg.encode()
+        payload = encode_message(self._name, self.topic, seq, body, properties, ttl)
         self._next_seq = seq + 1
         self._unwritten.append((seq, payload))
         self._outstanding += 1
