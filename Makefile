@@ -1,6 +1,7 @@
 # Two commands do all set-up on a fresh Debian machine: `make demo` and `make test`.
 # Both build .venv on their own (and install python3-venv if the interpreter lacks venv);
-# `make test` also installs Debian's mosquitto-clients (mosquitto_pub/_sub) when missing.
+# `make test` also installs Debian's mosquitto-clients (mosquitto_pub/_sub) and a Java runtime
+# (openjdk-17-jre-headless, for the Spark data source's tests) when missing.
 PY      ?= python3
 VENV    := .venv
 BIN     := $(VENV)/bin
@@ -15,7 +16,7 @@ $(STAMP): pyproject.toml
 	  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-venv; }
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --disable-pip-version-check --upgrade pip
-	$(BIN)/pip install -q --disable-pip-version-check -e '.[test,bench]'
+	$(BIN)/pip install -q --disable-pip-version-check -e '.[test,bench,spark]'
 	touch $@
 
 demo: $(STAMP)
@@ -25,6 +26,9 @@ test: $(STAMP)
 	@command -v mosquitto_pub >/dev/null 2>&1 || \
 	  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq mosquitto-clients; } || \
 	  echo "make test: could not install mosquitto-clients; the tests that need mosquitto_pub/mosquitto_sub will skip"
+	@command -v java >/dev/null 2>&1 || \
+	  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openjdk-17-jre-headless; } || \
+	  echo "make test: could not install a Java runtime; the Spark tests (tests/test_spark_*.py) will skip"
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest -q -p no:cacheprovider
 
