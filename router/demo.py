@@ -7,9 +7,11 @@ client SDK (`amqp_edge/client.py`), each with a list of two routers to fail over
 gossip has told every publishing router about every subscriber, SDK publishers on A and C
 publish numbered messages. When a third of the stream has arrived, router C (a publisher's
 and two subscribers' router) is killed with SIGKILL and started again a second later; its
-clients resume at B. The report checks every message each subscriber was owed against what it
-processed (lost, duplicated, out of order) and every publisher's outcomes, and says how long
-the failover took. It exits 1 if anything is wrong.
+clients resume at B. An MQTT 5 device (paho-mqtt, QoS 2, persistent session) subscribes at
+router B to the same topics: one topic space for both protocols. The report checks every
+message each subscriber was owed against what it processed (lost, duplicated, out of order)
+and every publisher's outcomes, and says how long the failover took. It exits 1 if anything
+is wrong.
 """
 
 from __future__ import annotations
@@ -38,6 +40,8 @@ PUBLISHERS = [("paris", "A", "orders/eu/paris"), ("nyc", "A", "orders/us/nyc"),
 SUBSCRIBERS = [("all-a", "A", "orders/#"), ("eu-b", "B", "orders/eu/+"),
                ("paris-c", "C", "orders/+/paris"), ("all-c", "C", "orders/#"),
                ("pay-b", "B", "payments/#")]
+# (name, router, filter): an MQTT device, QoS 2 (skipped when paho-mqtt is not installed)
+DEVICE = ("sensor-b", "B", "orders/eu/#")
 VICTIM = "C"
 WINDOW = 100
 SECRET = "demo-secret"
@@ -46,11 +50,13 @@ SECRET = "demo-secret"
 class Router:
     """One `exactmesh router` process on fixed ports, so that it can be restarted."""
 
-    def __init__(self, name: str, amqp: int, mesh: int, connect: int | None) -> None:
+    def __init__(self, name: str, amqp: int, mesh: int, connect: int | None,
+                 mqtt: int) -> None:
         exe = os.path.join(os.path.dirname(sys.executable), "exactmesh")
         self.args = [exe, "router", "--id", name, "--amqp", f"127.0.0.1:{amqp}",
                      "--listen", f"127.0.0.1:{mesh}", "--cluster-secret", SECRET,
-                     "--log-level", "debug"]
+                     "--mqtt", f"127.0.0.1:{mqtt}", "--log-level", "debug"]
+        self.mqtt_port = mqtt
         if connect is not None:
             self.args += ["--connect", f"127.0.0.1:{connect}"]
         self.name = name
@@ -113,6 +119,57 @@ class DemoSub:
                 self.client.accept(msg)
 
 
+class DemoDevice:
+    """An MQTT 5 device on paho-mqtt's network thread: QoS 2, clean start off (a persistent
+    session: a warm subscriber in mesh terms). Its payloads are the publishers' bodies
+    ("TOPIC #N"), turned back into message ids for the report."""
+
+    def __init__(self, name: str, router: str, topic_filter: str, port: int,
+                 publisher_of: dict[str, str]) -> None:
+        import paho.mqtt.client as mqtt
+        from paho.mqtt.packettypes import PacketTypes
+        from paho.mqtt.properties import Properties
+
+        self.name, self.router, self.filter = name, router, topic_filter
+        self.ids: list[str] = []
+        self.times: list[float] = []
+        self._publisher_of = publisher_of
+        self._subscribed = threading.Event()
+        self.client = mqtt.Client(callback_api_version=mqtt.CallbackAPIVersion.VERSION2,
+                                  protocol=mqtt.MQTTv5, client_id=name)
+        self.client.on_message = self._on_message
+        self.client.on_subscribe = lambda *a: self._subscribed.set()
+        self.client.on_connect = lambda c, *a: c.subscribe(topic_filter, qos=2)
+        props = Properties(PacketTypes.CONNECT)
+        props.SessionExpiryInterval = 60
+        self.client.connect("127.0.0.1", port, keepalive=30, clean_start=False,
+                            properties=props)
+        self.client.loop_start()
+
+    def subscribed(self) -> bool:
+        return self._subscribed.is_set()
+
+    def _on_message(self, client: Any, userdata: Any, msg: Any) -> None:
+        topic, _, n = msg.payload.decode().rpartition(" #")
+        self.ids.append(f"{self._publisher_of.get(topic, '?')}:{n}")
+        self.times.append(time.monotonic())
+
+    def close(self) -> None:
+        self.client.disconnect()
+        self.client.loop_stop()
+
+
+def _device(routers: dict[str, Router]) -> DemoDevice | None:
+    try:
+        import paho.mqtt.client  # noqa: F401
+    except ImportError:
+        print("(paho-mqtt is not installed: the demo runs without its MQTT device)")
+        return None
+    name, router, topic_filter = DEVICE
+    return DemoDevice(name, router, topic_filter, routers[router].mqtt_port,
+                      {topic: pub for pub, _, topic in PUBLISHERS})
+
+
 @dataclass
 class DemoPub:
     name: str
@@ -160,8 +217,9 @@ def _wait(condition: Any, timeout: float, what: str) -> None:
         time.sleep(0.01)
 
 
-def report(pubs: list[DemoPub], subs: list[DemoSub], routers: dict[str, Router],
-           elapsed: float, killed_at: float, back_at: float) -> bool:
+def report(pubs: list[DemoPub], subs: list[DemoSub], device: DemoDevice | None,
+           routers: dict[str, Router], elapsed: float, killed_at: float,
+           back_at: float) -> bool:
     where = {r.url: name for name, r in routers.items()}
     total = sum(p.count for p in pubs)
     print(f"\n{'publisher':<10}{'router':<10}{'topic':<18}{'sent':>6}{'accepted':>10}"
@@ -177,24 +235,27 @@ def report(pubs: list[DemoPub], subs: list[DemoSub], routers: dict[str, Router],
               f"{failed:>8}{st['resent']:>8}")
     print(f"\n{'subscriber':<11}{'router':<10}{'filter':<17}{'owed':>6}{'processed':>10}"
           f"{'dup':>5}{'lost':>6}{'in order':>10}{'suppressed':>12}")
-    for s in subs:
-        owed_by_pub = [p.ids() for p in pubs if matches(s.filter, p.topic)]
+    rows = [(s.name, s.router, where.get(s.client.stats()["url"], "?"), s.filter, s.ids,
+             str(s.client.stats()["duplicates_suppressed"])) for s in subs]
+    if device is not None:
+        rows.append((device.name, device.router, f"{device.router} MQTT", device.filter,
+                     device.ids, "-"))
+    for name, router, now_at, flt, ids_seen, suppressed in rows:
+        owed_by_pub = [p.ids() for p in pubs if matches(flt, p.topic)]
         owed = {i for ids in owed_by_pub for i in ids}
-        seen = set(s.ids)
-        dupes = len(s.ids) - len(seen)
+        seen = set(ids_seen)
+        dupes = len(ids_seen) - len(seen)
         lost = len(owed - seen)
-        in_order = all([i for i in s.ids if i in set(ids)] == ids for ids in owed_by_pub)
+        in_order = all([i for i in ids_seen if i in set(ids)] == ids for ids in owed_by_pub)
         ok = ok and dupes == 0 and lost == 0 and in_order and seen <= owed
-        st = s.client.stats()
-        now_at = where.get(st["url"], "?")
-        moved = s.router if now_at == s.router else f"{s.router}->{now_at}"
-        print(f"{s.name:<11}{moved:<10}{s.filter:<17}{len(owed):>6}{len(s.ids):>10}"
-              f"{dupes:>5}{lost:>6}{'yes' if in_order else 'NO':>10}"
-              f"{st['duplicates_suppressed']:>12}")
+        moved = router if now_at == router else (now_at if "MQTT" in now_at
+                                                 else f"{router}->{now_at}")
+        print(f"{name:<11}{moved:<10}{flt:<17}{len(owed):>6}{len(ids_seen):>10}"
+              f"{dupes:>5}{lost:>6}{'yes' if in_order else 'NO':>10}{suppressed:>12}")
     moved = [s for s in subs if s.router == VICTIM]
     after = [t for s in moved for t in s.times if t > killed_at]
     first = min(after) - killed_at if after else float("nan")
-    last = max(t for s in subs for t in s.times) - killed_at
+    last = max(t for s in [*subs, *([device] if device else [])] for t in s.times) - killed_at
     print(f"\nrouter {VICTIM} was killed with SIGKILL mid-stream and restarted "
           f"{back_at - killed_at:.1f} s later")
     print(f"its subscribers' first delivery after the kill (at router {FAILOVER[VICTIM]}): "
@@ -223,13 +284,15 @@ def diagnose(pubs: list[DemoPub], subs: list[DemoSub], routers: dict[str, Router
 def run_demo(messages: int = 2000) -> int:
     amqp = _free_ports(3)
     mesh = _free_ports(3)
+    mqtt = _free_ports(3)
     routers: dict[str, Router] = {}
     subs: list[DemoSub] = []
     pubs: list[DemoPub] = []
+    device: DemoDevice | None = None
     state = tempfile.TemporaryDirectory(prefix="exactmesh-demo-")
     try:
         for i, name in enumerate(ROUTERS):  # A - B - C: each connects to the previous one
-            routers[name] = Router(name, amqp[i], mesh[i], mesh[i - 1] if i else None)
+            routers[name] = Router(name, amqp[i], mesh[i], mesh[i - 1] if i else None, mqtt[i])
         for r in routers.values():
             _wait(r.ready, 15, f"router {r.name}")
         print("routers: " + " - ".join(f"{n} ({r.url})" for n, r in routers.items()))
@@ -241,7 +304,12 @@ def run_demo(messages: int = 2000) -> int:
             client = Subscriber(urls(router), flt, id=name, state_dir=f"{state.name}/{name}",
                                 durable=True, timeout=60)
             subs.append(DemoSub(name, router, flt, client))
-        remote = {r: sum(1 for _, s, _ in SUBSCRIBERS if s != r) for r in ROUTERS}
+        device = _device(routers)
+        where_subs = [router for _, router, _ in SUBSCRIBERS]
+        if device is not None:
+            _wait(device.subscribed, 15, "the MQTT device's SUBACK")
+            where_subs.append(device.router)
+        remote = {r: sum(1 for s in where_subs if s != r) for r in ROUTERS}
         for r in {router for _, router, _ in PUBLISHERS}:
             _wait(lambda r=r: routers[r].knows() >= remote[r], 15, f"gossip to {r}")
         print("gossip converged: every publishing router knows every subscriber")
@@ -255,12 +323,14 @@ def run_demo(messages: int = 2000) -> int:
         feeders = [threading.Thread(target=p.run, daemon=True) for p in pubs]
         for f in feeders:
             f.start()
-        expected = sum(1 for s in subs for p in pubs if matches(s.filter, p.topic)) * messages
-        _wait(lambda: sum(len(s.ids) for s in subs) >= expected // 3, 60, "a third of it")
+        everyone: list[Any] = [*subs, *([device] if device is not None else [])]
+        expected = sum(1 for s in everyone for p in pubs if matches(s.filter, p.topic)) \
+            * messages
+        _wait(lambda: sum(len(s.ids) for s in everyone) >= expected // 3, 60, "a third of it")
         killed_at = time.monotonic()
         routers[VICTIM].kill()
         print(f"router {VICTIM} killed with SIGKILL mid-stream "
-              f"({sum(len(s.ids) for s in subs)} of {expected} deliveries done)")
+              f"({sum(len(s.ids) for s in everyone)} of {expected} deliveries done)")
         _wait(lambda: time.monotonic() - killed_at >= 1.0, 2, "a second")
         routers[VICTIM].start()
         _wait(routers[VICTIM].ready, 15, f"router {VICTIM} to restart")
@@ -270,10 +340,11 @@ def run_demo(messages: int = 2000) -> int:
         for f in feeders:
             f.join(max(0.0, deadline - time.monotonic()))
         while time.monotonic() < deadline and (
-                sum(len(s.ids) for s in subs) < expected or any(p.client.pending for p in pubs)):
+                sum(len(s.ids) for s in everyone) < expected
+                or any(p.client.pending for p in pubs)):
             time.sleep(0.05)
         elapsed = time.monotonic() - started
-        ok = report(pubs, subs, routers, elapsed, killed_at, back_at)
+        ok = report(pubs, subs, device, routers, elapsed, killed_at, back_at)
         if not ok:
             diagnose(pubs, subs, routers)
     finally:
@@ -281,6 +352,8 @@ def run_demo(messages: int = 2000) -> int:
             s.stop.set()
         for client in [p.client for p in pubs] + [s.client for s in subs]:
             client.close()
+        if device is not None:
+            device.close()
         for r in routers.values():
             r.stop()
         state.cleanup()

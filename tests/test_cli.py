@@ -211,3 +211,6 @@ def test_demo_runs_and_reports_success():
     assert "killed with SIGKILL mid-stream" in result.stdout
     # every publisher row: 300 sent, 300 accepted, 0 failed
     assert result.stdout.count("   300       300       0") == 3, result.stdout
+    # the MQTT device at B: owed paris' and berlin's 600, processed 600, 0 dup, 0 lost
+    device = next(line for line in result.stdout.splitlines() if line.startswith("sensor-b"))
+    assert device.split()[-6:] == ["600", "600", "0", "0", "yes", "-"], device
