@@ -86,6 +86,7 @@ _ANNOTATIONS_MAX = 4096
 _DECODED_MAX = 2048
 _DECODED_PAYLOAD = 64 * 1024
 _annotations: dict[tuple[int, str], bytes] = {}
+_props_sections: dict[str, bytes] = {}  # topic -> its properties section, same bound
 _decoded: dict[bytes, Decoded] = {}
 _decoded_old: dict[bytes, Decoded] = {}
 
@@ -144,10 +145,16 @@ def _encode_plain(topic: str, payload: bytes, qos: int, publisher: str) -> bytes
         if len(_annotations) >= _ANNOTATIONS_MAX:
             _annotations.clear()
         _annotations[(qos, publisher)] = head
-    to = _string(topic)
-    message = b"".join((
-        head, b"\x00\x53\x73", _compound(0xC0, 0xD0, 3, b"\x40\x40" + to),
-        b"\x00\x53\x75", _binary(payload)))
+    props = _props_sections.get(topic)
+    if props is None:  # the properties section: message-id and user-id null, `to` the topic
+        props = b"\x00\x53\x73" + _compound(0xC0, 0xD0, 3, b"\x40\x40" + _string(topic))
+        if len(_props_sections) >= _ANNOTATIONS_MAX:
+            _props_sections.clear()
+        _props_sections[topic] = props
+    n = len(payload)
+    body = (b"\x00\x53\x75\xa0" + bytes((n,)) if n < 256
+            else b"\x00\x53\x75\xb0" + _u32.pack(n))
+    message = b"".join((head, props, body, payload))
     if len(payload) <= _DECODED_PAYLOAD:
         if len(_decoded) >= _DECODED_MAX:
             _decoded_old, _decoded = _decoded, {}

@@ -1690,3 +1690,24 @@ def test_plain_publish_encoder_matches_encode(v5: bool) -> None:
                 assert encode_plain_publish(topic, payload, qos, dup, pid or 0, v5) == want
     with pytest.raises(ValueError):
         encode_plain_publish("a\x00b", b"", 0, False, 0, v5)
+
+
+def test_mapping_plain_publish_reads_back_through_proton() -> None:
+    """The cached-section encoding of a PUBLISH without properties (mqtt_edge/mapping.py) is
+    a well-formed AMQP message: proton reads back the topic, body and annotations, and so
+    does the mapping's own decoder, for short and long topics and bodies."""
+    from proton import Message
+
+    from mqtt_edge import mapping
+
+    for topic in ("a/b", "\u00e9/\u00fc", "x" * 300):
+        for payload in (b"", b"y" * 100, b"z" * 300, b"w" * 70_000):
+            for qos in (0, 1, 2):
+                raw = mapping.encode(topic, payload, qos, publisher="dev-1")
+                msg = Message()
+                msg.decode(raw)
+                assert msg.address == topic and bytes(msg.body) == payload
+                assert msg.annotations["x-opt-mqtt-qos"] == qos
+                assert msg.annotations["x-opt-exactmesh-publisher"] == "dev-1"
+                d = mapping.decode(raw)
+                assert (d.topic, d.payload, d.qos) == (topic, payload, qos)
