@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -124,8 +125,10 @@ class MosqPub:
         self.out = ""
 
     def wait(self, timeout: float = WAIT) -> None:
-        """It exits 0 once every message was acknowledged (PUBACK / PUBCOMP, as counted in
-        its -d output)."""
+        """It exits 0 once every message was acknowledged (PUBACK / PUBREC, as counted in
+        its -d output). At QoS 2 the PUBREC is the mesh's acceptance; PUBCOMPs are not
+        counted, because mosquitto_pub -l disconnects as soon as its *last* message
+        completes, and an earlier one may still be between PUBREC and PUBCOMP then."""
         try:
             self.out, _ = self.proc.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:
@@ -134,11 +137,13 @@ class MosqPub:
             raise AssertionError(f"mosquitto_pub still running after {timeout}s; its last "
                                  f"output:\n{out[-1500:]}") from None
         assert self.proc.returncode == 0, self.out[-2000:]
-        ack = {1: "received PUBACK", 2: "received PUBCOMP"}.get(self.qos)
+        ack = {1: "received PUBACK", 2: "received PUBREC"}.get(self.qos)
         if ack:
-            assert self.out.count(ack) == self.n, self.out[-2000:]
+            mids = set(re.findall(ack + r" \(Mid: (\d+)", self.out))
+            assert len(mids) == self.n, self.out[-2000:]
             assert "RC:0)" in self.out and not any(
-                ack in line and "RC:0)" not in line for line in self.out.splitlines()
+                "received PUB" in line and "RC:" in line and "RC:0)" not in line
+                for line in self.out.splitlines()
             ), "a failure reason code"
 
     def stop(self) -> None:
