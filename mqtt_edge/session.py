@@ -245,7 +245,7 @@ class MqttConnection:
         self.session: SessionState | None = None
         self.client_id = ""
         self.keep_alive = 0.0
-        self.last_heard = node.now()
+        self.last_heard = self._now = node.now()
         self.pub: PubLink | None = None
         self.subs: dict[str, SubLink] = {}
         self.held: deque[Any] = deque()  # packets waiting for publisher credit
@@ -274,7 +274,9 @@ class MqttConnection:
         """Bytes from the client."""
         if self.closing:
             return
-        self.last_heard = self.node.now()
+        # One clock read per batch of packets: the engine's `now` for the PUBLISHes in it
+        # (a trio clock read is a few Python calls; this is the per-message path).
+        self.last_heard = self._now = self.node.now()
         try:
             packets = self.decoder.receive(data)
         except ProtocolError as err:
@@ -527,10 +529,11 @@ class MqttConnection:
         if qos:
             self.awaiting[tag] = (p.packet_id, qos)  # type: ignore[assignment]
         self.engine.message(pub.id, tag, payload, settled=qos == 0,
-                            ttl_ms=expiry * 1000 if expiry else None, now=self.node.now(),
+                            ttl_ms=expiry * 1000 if expiry else None, now=self._now,
                             address=p.topic, resend=p.dup)
 
     def _drain_held(self) -> None:
+        self._now = self.node.now()  # outside `receive`: the clock has moved on
         while self.held and not self.closing:
             p = self.held[0]
             if type(p) is Publish and self.pub is not None and self.pub.credit <= 0:
