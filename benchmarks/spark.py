@@ -101,9 +101,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
-    from pyspark.sql import SparkSession
-
-    from spark_connector import register
+    from spark_connector import local_session
 
     print(f"benchmarks.spark: {args.batches} batches x {args.rows_per_batch} rows, "
           f"{args.partitions} partitions, {args.master}; {load_line()}", flush=True)
@@ -121,12 +119,7 @@ def main(argv: list[str] | None = None) -> int:
             print("the subscriber did not attach", file=sys.stderr)
             return 1
         t0 = time.monotonic()
-        spark = (SparkSession.builder.master(args.master).appName("exactmesh-bench")
-                 .config("spark.ui.enabled", "false")
-                 .config("spark.sql.shuffle.partitions", str(args.partitions))
-                 .getOrCreate())
-        spark.sparkContext.setLogLevel("ERROR")
-        register(spark)
+        spark = local_session(args.master, "exactmesh-bench", args.partitions)
         print(f"  spark session: {time.monotonic() - t0:.1f} s", flush=True)
         stats = work / "stats.jsonl"
         df = (spark.readStream.format("rate-micro-batch")

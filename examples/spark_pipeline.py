@@ -89,16 +89,9 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     logging.getLogger("py4j").setLevel(logging.WARNING)
 
-    from pyspark.sql import SparkSession
+    from spark_connector import local_session
 
-    from spark_connector import register
-
-    spark = (SparkSession.builder.master(args.master).appName("exactmesh-pipeline")
-             .config("spark.ui.enabled", "false")
-             .config("spark.sql.shuffle.partitions", str(args.partitions))
-             .getOrCreate())
-    spark.sparkContext.setLogLevel("ERROR")
-    register(spark)
+    spark = local_session(args.master, "exactmesh-pipeline", args.partitions)
     query = build(spark, args).start()
     print(f"pipeline: query {query.id} started", flush=True)
     rows_by_batch: dict[int, int] = {}  # input rows of each finished micro-batch

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["ExactmeshDataSource", "register"]
+__all__ = ["ExactmeshDataSource", "local_session", "register"]
 
 
 def register(spark: Any) -> None:
@@ -21,6 +21,20 @@ def register(spark: Any) -> None:
     from .datasource import ExactmeshDataSource
 
     spark.dataSource.register(ExactmeshDataSource)
+
+
+def local_session(master: str, app_name: str, partitions: int) -> Any:
+    """A SparkSession for a job on one machine (the example pipeline, the benchmark): no web
+    UI, `partitions` shuffle partitions, errors only in the log, `exactmesh` registered."""
+    from pyspark.sql import SparkSession
+
+    spark = (SparkSession.builder.master(master).appName(app_name)
+             .config("spark.ui.enabled", "false")
+             .config("spark.sql.shuffle.partitions", str(partitions))
+             .getOrCreate())
+    spark.sparkContext.setLogLevel("ERROR")
+    register(spark)
+    return spark
 
 
 def __getattr__(name: str) -> Any:
