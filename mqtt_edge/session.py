@@ -78,6 +78,11 @@ HELD_QOS0 = 64  # held packets beyond the receive maximum before the reader paus
 QOS0_CREDIT = 1000  # engine credit of a QoS 0 subscription, topped up as output drains
 OUTPUT_HIGH = 256 * 1024  # bytes of unsent output above which QoS 0 credit is not topped up
 REASON_STRING_MAX = 1000
+# An MQTT 5 client that sends this user property with value "on" in its CONNECT gets, on
+# every PUBLISH the router sends it, the user property DELIVERY_ID_PROPERTY = the message's
+# delivery id: the same on every router of the mesh for the same publisher message, so a
+# device can drop a copy sent again after its router crashed (docs/mqtt.md).
+DELIVERY_ID_PROPERTY = "exactmesh-delivery-id"
 # A PUBACK / PUBREC / PUBREL / PUBCOMP with reason code 0 and no properties is four bytes in
 # both versions (5.0 section 3.4.2.1: the code may be left out when it is 0): written
 # directly, it skips building a packet object and the encoder on the per-message path.
@@ -257,6 +262,7 @@ class MqttConnection:
         self.problem_info = True
         self.backlog: deque[tuple[SubLink, Send]] = deque()
         self._credit_due = False  # packet ids came free: give credit after this batch
+        self.delivery_ids = False  # DELIVERY_ID_PROPERTY asked for in CONNECT (5.0)
         self._q0_tag = 0
         self.will: Will | None = None  # published if the connection ends without DISCONNECT
         self.will_delay = 0.0  # its Will Delay Interval (5.0)
@@ -362,6 +368,7 @@ class MqttConnection:
             self.client_max_packet = props.maximum_packet_size or 0
             self.problem_info = props.request_problem_information != 0
             expiry = float(props.session_expiry_interval or 0)
+            self.delivery_ids = (DELIVERY_ID_PROPERTY, "on") in props.user_properties
         else:
             expiry = 0.0 if c.clean_start else self.node.config.reconnect_timeout
         self.will = c.will
@@ -417,6 +424,7 @@ class MqttConnection:
                 topic_alias_maximum=None,
                 assigned_client_identifier=assigned,
                 server_keep_alive=None,
+                user_properties=((DELIVERY_ID_PROPERTY, "on"),) if self.delivery_ids else (),
             )
         self._send(ConnAck(present, 0, cprops))
         self.connected = True
@@ -739,13 +747,18 @@ class MqttConnection:
             topic = rec.address if rec is not None else sl.filter
         qos = 0 if action.settled else min(sl.qos, d.qos)
         dup = action.attempt > 0 and qos > 0
+        props = d.properties
+        if self.delivery_ids:
+            ids = ((DELIVERY_ID_PROPERTY, action.tag.decode()),)
+            props = props.replace(user_properties=props.user_properties + ids) if props \
+                else Properties(user_properties=ids)
         try:
-            if d.properties is EMPTY_PROPERTIES:
+            if props is EMPTY_PROPERTIES:
                 raw = encode_plain_publish(topic, d.payload, qos, dup, pid,
                                            self.version == MQTT_5)
             else:
                 raw = encode(Publish(topic, d.payload, qos, False, dup, pid if qos else None,
-                                     d.properties), self.version)
+                                     props), self.version)
         except ValueError as err:
             self._fail_copy(sl, action, f"could not be encoded as an MQTT PUBLISH ({err})")
             return 0

@@ -285,3 +285,56 @@ def test_will_across_routers(mesh: Any) -> None:
              "the retained will at B")
     for c in (sub, late):
         c.stop()
+
+
+def test_delivery_id_for_devices_that_ask(mesh: Any) -> None:
+    """An MQTT 5 device that sends the CONNECT user property exactmesh-delivery-id=on gets it
+    confirmed in CONNACK and finds, on every PUBLISH, the message's delivery id: the same at
+    every router for the same message (what a device needs to drop a copy sent again after
+    its router crashed), different for different messages. Devices that do not ask get
+    nothing extra."""
+    import threading
+
+    import paho.mqtt.client as mqtt
+
+    p = mesh.mqtt
+
+    def device(router: str, name: str, ask: bool) -> tuple[Any, list, dict]:
+        got: list[tuple[bytes, dict]] = []
+        connack: dict = {}
+        subscribed = threading.Event()
+        c = mqtt.Client(callback_api_version=mqtt.CallbackAPIVersion.VERSION2,
+                        protocol=mqtt.MQTTv5, client_id=name)
+        c.on_message = lambda c_, u, m: got.append(
+            (m.payload, dict(getattr(m.properties, "UserProperty", None) or [])))
+        c.on_connect = lambda c_, u, f, rc, props: connack.update(
+            props=dict(getattr(props, "UserProperty", None) or []))
+        c.on_subscribe = lambda *a: subscribed.set()
+        props = PahoProperties(PacketTypes.CONNECT)
+        if ask:
+            props.UserProperty = ("exactmesh-delivery-id", "on")
+        c.connect("127.0.0.1", p[router], keepalive=30, properties=props)
+        c.loop_start()
+        wait_for(lambda: "props" in connack, 10, f"CONNACK for {name}")
+        c.subscribe("ids/#", 2)
+        assert subscribed.wait(10)
+        knows(mesh, "A", name, "ids/#", router)
+        return c, got, connack
+
+    b, got_b, ack_b = device("B", "ids-b", True)
+    c, got_c, _ = device("C", "ids-c", True)
+    n, got_n, ack_n = device("C", "ids-plain", False)
+    assert ack_b["props"] == {"exactmesh-delivery-id": "on"} and ack_n["props"] == {}
+    pub = Mq(p["A"], "ids-pub", V5)
+    for i in range(5):
+        pub.publish("ids/x", b"m%d" % i, 2)
+    for got in (got_b, got_c, got_n):
+        wait_for(lambda got=got: len(got) >= 5, 15, "five messages")
+    ids_b = [props["exactmesh-delivery-id"] for _, props in got_b]
+    ids_c = [props["exactmesh-delivery-id"] for _, props in got_c]
+    assert ids_b == ids_c and len(set(ids_b)) == 5, (ids_b, ids_c)
+    assert all("exactmesh-delivery-id" not in props for _, props in got_n)
+    for client in (b, c, n):
+        client.disconnect()
+        client.loop_stop()
+    pub.stop()
