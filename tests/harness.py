@@ -43,10 +43,22 @@ def wait_for(condition: Callable[[], Any], timeout: float = 10.0, what: str = "c
         time.sleep(0.005)
 
 
+_handed_out: set[int] = set()
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A loopback port nothing listens on now, and never one this process handed out before:
+    the kernel may give the same free port to two bind(0) calls in a row, and a test that
+    asks for several ports (a mesh: AMQP, mesh and MQTT ports) would then start two routers
+    on one port."""
+    for _ in range(100):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        if port not in _handed_out:
+            _handed_out.add(port)
+            return port
+    raise RuntimeError("no fresh loopback port in 100 tries")
 
 
 class RouterProcess:
