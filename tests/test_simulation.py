@@ -647,6 +647,14 @@ def test_same_seed_same_run() -> None:
 # ------------------------------------------------------------------------ failover scenarios
 
 
+def _attach_warm_mover(world: World, subs: list, move_delay: float) -> None:
+    """A warm subscriber (timeout 5 s) at C on `a/#` that, once its connection is lost,
+    attaches again at B after `move_delay`; appended to `subs`."""
+    sub = world.attach_subscriber("C", "a/#", True, survivor=True, warm=5.0)
+    sub.move_delay, sub.move_router = move_delay, "B"
+    subs.append(sub)
+
+
 def test_a_warm_subscriber_whose_router_crashed_gets_what_it_missed_in_order_elsewhere() -> None:
     """C crashes under a warm subscriber; it attaches again at B 1 s later (C is back after
     0.5 s): what it was owed before the crash and what was published while it was away come
@@ -654,14 +662,8 @@ def test_a_warm_subscriber_whose_router_crashed_gets_what_it_missed_in_order_els
     p = Params(seed=31, routers=3, topology="line", duration=10.0, messages=1000, **QUIET)
     world = World(p)
     subs: list = []
-
-    def attach_warm() -> None:
-        sub = world.attach_subscriber("C", "a/#", True, survivor=True, warm=5.0)
-        sub.move_delay, sub.move_router = 1.0, "B"
-        subs.append(sub)
-
     world.at(0.1, world.attach_subscriber, "A", "a/#", True)
-    world.at(0.1, attach_warm)
+    world.at(0.1, _attach_warm_mover, world, subs, 1.0)
     world.at(1.0, world.attach_publisher, "A", "a/b", ALL, 0.03)
     world.at(3.0, world.crash, "C", 0.5)
     world.run()
@@ -743,14 +745,8 @@ def test_a_subscriber_that_moves_after_its_connection_dropped_misses_nothing(
     p = Params(seed=34, routers=3, topology="line", duration=8.0, messages=300, **QUIET)
     world = World(p)
     subs: list = []
-
-    def attach_warm() -> None:
-        sub = world.attach_subscriber("C", "a/#", True, survivor=True, warm=5.0)
-        sub.move_delay, sub.move_router = 0.3, "B"
-        subs.append(sub)
-
     world.at(0.1, world.attach_subscriber, "A", "a/#", True)
-    world.at(0.1, attach_warm)
+    world.at(0.1, _attach_warm_mover, world, subs, 0.3)
     world.at(1.0, world.attach_publisher, "A", "a/b", ALL, 0.02)
     world.at(2.5, lambda: world.drop_connection(subs[0], notice=notice))
     world.run()
