@@ -1,13 +1,18 @@
 # Two commands do all set-up on a fresh Debian machine: `make demo` and `make test`.
 # Both build .venv on their own (and install python3-venv if the interpreter lacks venv);
 # `make test` also installs Debian's mosquitto-clients (mosquitto_pub/_sub) and a Java runtime
-# (openjdk-17-jre-headless, for the Spark data source's tests) when missing.
+# (openjdk-17-jre-headless, for the Spark data source's tests) when missing. Both compile the
+# per-message modules with mypyc (router/accel.py; gcc and python3-dev are installed when
+# missing); if that fails the router runs them as plain Python, only slower.
 PY      ?= python3
 VENV    := .venv
 BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed-stamp
+ACCEL   := $(VENV)/.accel-stamp
+# The modules router/accel.py compiles (its MODULES; tests/test_accel.py checks they match).
+ACCEL_SRC := mqtt_edge/codec.py mqtt_edge/mapping.py mqtt_edge/session.py
 
-.PHONY: demo test lint bench venv clean
+.PHONY: demo test lint bench venv accel clean
 
 venv: $(STAMP)
 
@@ -16,13 +21,26 @@ $(STAMP): pyproject.toml
 	  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-venv; }
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --disable-pip-version-check --upgrade pip
-	$(BIN)/pip install -q --disable-pip-version-check -e '.[test,bench,spark]'
+	$(BIN)/pip install -q --disable-pip-version-check -e '.[test,bench,spark,accel]'
 	touch $@
 
-demo: $(STAMP)
+# Tried again only when a compiled source changes; a failed build leaves plain Python.
+accel: $(ACCEL)
+
+$(ACCEL): $(STAMP) $(ACCEL_SRC) router/accel.py
+	@{ command -v cc >/dev/null 2>&1 && $(BIN)/python -c 'import os, sysconfig; \
+	    raise SystemExit(not os.path.exists(sysconfig.get_paths()["include"] + "/Python.h"))'; } || \
+	  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq gcc python3-dev; } || \
+	  echo "make: could not install gcc and python3-dev for the compiled build"
+	@$(BIN)/exactmesh accel build >$(VENV)/accel-build.log 2>&1 || \
+	  echo "make: the compiled build failed (see $(VENV)/accel-build.log); the router runs as plain Python"
+	@$(BIN)/exactmesh accel status
+	@touch $@
+
+demo: $(STAMP) $(ACCEL)
 	$(BIN)/exactmesh demo
 
-test: $(STAMP)
+test: $(STAMP) $(ACCEL)
 	@command -v mosquitto_pub >/dev/null 2>&1 || \
 	  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq mosquitto-clients; } || \
 	  echo "make test: could not install mosquitto-clients; the tests that need mosquitto_pub/mosquitto_sub will skip"
@@ -31,13 +49,17 @@ test: $(STAMP)
 	  echo "make test: could not install a Java runtime; the Spark tests (tests/test_spark_*.py) will skip"
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest -q -p no:cacheprovider
+	@# The same MQTT modules once more as plain Python: the fallback must hold too.
+	EXACTMESH_PURE_PYTHON=1 $(BIN)/python -m pytest -q -p no:cacheprovider \
+	  tests/test_mqtt_codec.py tests/test_mqtt_edge.py tests/test_mqtt_will_retain.py tests/test_accel.py
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 
-bench: $(STAMP)
+bench: $(STAMP) $(ACCEL)
 	$(BIN)/python -m benchmarks.run
 
 clean:
-	rm -rf $(VENV) *.egg-info
+	rm -rf $(VENV) *.egg-info router/accel_manifest.json
+	find router mqtt_edge -name '*.so' -delete

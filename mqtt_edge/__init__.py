@@ -5,3 +5,7 @@ for both versions), ``mqtt_edge.properties`` (the MQTT 5 property table),
 ``mqtt_edge.reason_codes`` (MQTT 5 reason codes, 3.1.1 CONNACK return codes) and
 ``mqtt_edge.codec`` (``Decoder``, ``encode``, ``ProtocolError``).
 """
+
+from router import accel
+
+accel.guard()  # before anything imports a module that may be compiled (router/accel.py)

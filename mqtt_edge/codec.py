@@ -85,14 +85,14 @@ _TOPIC_FILTER_INVALID = ReasonCode.TOPIC_FILTER_INVALID.value
 _PAYLOAD_FORMAT = ReasonCode.PAYLOAD_FORMAT_INVALID.value
 
 _T = PacketType
-_NAMES = {t.value: t.name for t in PacketType}
+_NAMES: dict[int, str] = {t.value: t.name for t in PacketType}
 
 # Section 2.1.3 table 2-2 (3.1.1 section 2.2.2 table 2.2): the flags bits 3-0 of the fixed
 # header for every packet type but PUBLISH, whose bits are DUP, QoS and RETAIN.
 # "Where a flag bit is marked as Reserved, it is reserved for future use and MUST be set to
 # the value listed" and "If invalid flags are received it is a Malformed Packet"
 # [MQTT-2.1.3-1] (3.1.1: [MQTT-2.2.2-1], [MQTT-2.2.2-2]).
-_FIXED_FLAGS = {t: 0 for t in PacketType}
+_FIXED_FLAGS: dict[int, int] = {t: 0 for t in PacketType}
 _FIXED_FLAGS[_T.PUBREL] = _FIXED_FLAGS[_T.SUBSCRIBE] = _FIXED_FLAGS[_T.UNSUBSCRIBE] = 0b0010
 
 # The packet types each side sends (section 2.1.2 table 2-1, "Direction of flow").
@@ -197,7 +197,7 @@ class ProtocolError(Exception):
         return b""
 
 
-class DecoderClosedError(RuntimeError):
+class DecoderClosedError(Exception):  # not RuntimeError: mypyc compiles this module
     """``Decoder.receive`` was called again after it raised ``ProtocolError``."""
 
 
@@ -1403,7 +1403,8 @@ _ACK_CLASSES: dict[int, Any] = {
     _T.PUBREL: PubRel,
     _T.PUBCOMP: PubComp,
 }
-_ACK_SECTION = {_T.PUBACK: "3.4", _T.PUBREC: "3.5", _T.PUBREL: "3.6", _T.PUBCOMP: "3.7"}
+_ACK_SECTION: dict[int, str] = {
+    _T.PUBACK: "3.4", _T.PUBREC: "3.5", _T.PUBREL: "3.6", _T.PUBCOMP: "3.7"}
 _PING_REQ = PingReq()
 _PING_RESP = PingResp()
 _DISCONNECT = Disconnect()

@@ -240,26 +240,20 @@ def _value(buf: bytes, pos: int) -> tuple[Any, int]:
         else:
             size, count = _u32.unpack_from(buf, pos)[0], _u32.unpack_from(buf, pos + 4)[0]
             start, end = pos + 8, pos + 4 + size
-        items = []
+        items: list[Any] = []
         p = start
         for _ in range(count):
-            v, p = _value(buf, p)
-            items.append(v)
+            item, p = _value(buf, p)  # not `v`: mypyc types a local by its first assignment
+            items.append(item)
         if p != end:
             raise _Unknown
         if code in (0xC1, 0xD1):
             if count % 2:
                 raise _Unknown
-            return _Pairs(items[0::2], items[1::2]), end
+            # A map, as its (key, value) pairs (keys may be unhashable lists in theory).
+            return list(zip(items[0::2], items[1::2], strict=True)), end
         return items, end
     raise _Unknown  # arrays, floats, uuids, chars, decimals: proton
-
-
-class _Pairs(list):
-    """A decoded map, as its (key, value) pairs (keys may be unhashable lists in theory)."""
-
-    def __init__(self, keys: list, values: list) -> None:
-        super().__init__(zip(keys, values, strict=True))
 
 
 def decode(payload: bytes) -> Decoded:
@@ -372,7 +366,7 @@ def _proton_decode(payload: bytes) -> Decoded:
         m.decode(payload)
     except Exception as err:
         raise ValueError(f"not a well-formed AMQP message: {err}") from None
-    ann = m.annotations or {}
+    ann: dict[Any, Any] = dict(m.annotations or {})
     qos = ann.get(QOS_KEY, 2)
     qos = qos if qos in (0, 1, 2) else 2
     body = m.body
@@ -385,7 +379,8 @@ def _proton_decode(payload: bytes) -> Decoded:
         data, fmt = body.encode(), 1
     else:
         data, fmt = repr(body).encode(), 1  # a list, map or number: its text
-    user = [(str(k), _text(v)) for k, v in (m.properties or {}).items()]
+    app: dict[Any, Any] = dict(m.properties or {})
+    user = [(str(k), _text(v)) for k, v in app.items()]
     if REPEATED_KEY in ann:
         user = [(str(a), str(b)) for a, b in ann[REPEATED_KEY]]
     cid = m.correlation_id

@@ -30,7 +30,7 @@ import logging
 import secrets
 import struct
 from collections import deque
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from router.actions import Accepted, CloseLink, Credit, Decide, Send, SettleCopy
 from router.engine import NO_SUBSCRIBERS, Disposition
@@ -165,7 +165,7 @@ class WillSender:
     will is an unsettled message; the link detaches when the engine decides it (nobody is
     left to tell the outcome to)."""
 
-    _seq = 0
+    _seq: ClassVar[int] = 0
 
     def __init__(self, node: Node, client_id: str, will: Will) -> None:
         self.node = node

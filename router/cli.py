@@ -5,6 +5,7 @@
     exactmesh status delivery ID --http HOST:PORT      (also: status deliveries, status health)
     exactmesh pub --url URL --topic T --id NAME --state-dir DIR [--count N]   (router/pubsub_cli.py)
     exactmesh sub --url URL --topic FILTER --id NAME --state-dir DIR [--count N]
+    exactmesh accel build|status     (the optional compiled build: router/accel.py)
 
 Errors in the command line or the configuration, and a port already in use, print one line
 naming the problem and exit with status 2. `status` prints the router's JSON answer and exits
@@ -115,12 +116,22 @@ def _status_parser(sub: argparse._SubParsersAction) -> None:
                        help="clients, live records and counters")
 
 
+def _accel_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("accel", help="compile the per-message modules with mypyc, or say "
+                       "whether a router here runs them compiled",
+                       description="The optional compiled build (router/accel.py): `build` "
+                       "compiles the modules on the per-message path with mypyc, in place; "
+                       "`status` says whether a router started here would run them compiled.")
+    p.add_argument("action", choices=["build", "status"])
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="exactmesh", description="exactly-once pub-sub mesh")
     sub = p.add_subparsers(dest="command", required=True)
     _router_parser(sub)
     _demo_parser(sub)
     _status_parser(sub)
+    _accel_parser(sub)
     from .pubsub_cli import add_parsers
 
     add_parsers(sub)  # pub, sub
@@ -199,6 +210,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         return run_demo(messages=args.messages)
     if args.command == "status":
         return run_status(args)
+    if args.command == "accel":
+        from . import accel
+
+        if args.action == "build":
+            return accel.build()
+        print(accel.describe())
+        return 0
     if args.command in ("pub", "sub"):
         from .pubsub_cli import run
 

@@ -13,6 +13,7 @@ from typing import Any, Protocol
 
 import trio
 
+from . import accel
 from .actions import MESH_ACTIONS
 from .config import ListenError, RouterConfig
 from .engine import Engine, EngineConfig
@@ -120,6 +121,7 @@ class Node:
             mesh_note = f", mesh {self.config.listen}" if self.config.listen else ""
             log.info("exactmesh router %s ready: amqp %s:%s%s%s", self.config.id, addr[0],
                      addr[1], mesh_note, http_note)
+            log.info("router %s: per-message modules %s", self.config.id, accel.describe())
             task_status.started(addr)
             with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
                 async for signum in signals:

@@ -1485,7 +1485,8 @@ def test_encode_arguments() -> None:
         encode(PingReq(), 3)
     with pytest.raises(TypeError):
         encode("PINGREQ", 5)  # type: ignore[arg-type]
-    with pytest.raises(TypeError, match="must be a str"):
+    # The message differs when mypyc compiled the codec (router/accel.py); both name str.
+    with pytest.raises(TypeError, match="str"):
         encode(Publish(b"t", b""), 5)  # type: ignore[arg-type]
 
 
