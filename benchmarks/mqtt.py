@@ -552,6 +552,10 @@ def main(argv: list[str] | None = None) -> int:
           f"{args.repeat} runs each (medians); "
           f"{os.cpu_count()} CPUs reported, load average {load0[0]:.2f} {load0[1]:.2f} at start",
           flush=True)
+    if args.server != "mosquitto":
+        from router import accel  # the router it starts runs the same modules as this process
+
+        print(f"exactmesh per-message modules: {accel.describe()}", flush=True)
     pairs: list[tuple[Summary, Summary]] = []
     failed = False
     with tempfile.TemporaryDirectory(prefix="mqtt-bench-") as tmp:

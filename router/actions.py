@@ -157,3 +157,5 @@ class Subscribed:
 
 MeshAction = Forward | Verdict | Forget | Subscribed
 MESH_ACTIONS = (Forward, Verdict, Forget, Subscribed)
+# Everything the engine emits: edge actions and, in a mesh, the ones toward other routers.
+EngineAction = Action | Forward | Verdict | Forget | Subscribed

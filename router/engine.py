@@ -17,14 +17,14 @@ import heapq
 from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
 from .actions import (
     ACCEPTED,
-    Action,
     CloseLink,
     Credit,
     Decide,
+    EngineAction,
     Forget,
     Forward,
     Outcome,
@@ -66,11 +66,11 @@ TRANSFER_LIMIT = "amqp:link:transfer-limit-exceeded"
 class Disposition:
     """What a subscriber said about a copy (the AMQP outcomes, protocol-neutral)."""
 
-    ACCEPTED = 1
-    REJECTED = 2
-    RELEASED = 3  # not processed: redeliver to it
-    MODIFIED = 4  # not processed, delivery-failed: redeliver to it
-    UNDELIVERABLE = 5  # modified with undeliverable-here: it will never take it
+    ACCEPTED: Final = 1
+    REJECTED: Final = 2
+    RELEASED: Final = 3  # not processed: redeliver to it
+    MODIFIED: Final = 4  # not processed, delivery-failed: redeliver to it
+    UNDELIVERABLE: Final = 5  # modified with undeliverable-here: it will never take it
 
 
 @dataclass(slots=True)
@@ -120,14 +120,14 @@ class Engine(FailoverMixin):
         # `_id_clashes` to take its place when it is forgotten.
         self._by_id: dict[str, Record] = {}
         self._id_clashes: dict[str, list[Record]] = {}
-        self._actions: list[Action] = []
+        self._actions: list[EngineAction] = []
         self._seq = 0
         self._expiry: list[tuple[float, int]] = []  # heap of (deadline, record seq)
         self._init_failover()
 
     # ------------------------------------------------------------------ plumbing
 
-    def take_actions(self) -> list[Action]:
+    def take_actions(self) -> list[EngineAction]:
         """The effects produced since the last call, in the order they must be applied."""
         actions, self._actions = self._actions, []
         return actions

@@ -522,6 +522,7 @@ class FailoverMixin:
         stones = self._tombstones
         stones[rec.id] = outcome
         if rec.copies:  # who accepted, who failed (the usual single copy without loops)
+            keys: tuple[tuple[str, ...], tuple[str, ...]]
             if len(rec.copies) == 1:
                 for c in rec.copies.values():
                     keys = ((c.sub.key,), ()) if c.state == ACCEPTED_STATE else (

@@ -218,15 +218,17 @@ class SubscriptionIndex(Generic[K]):
     hit costs one dict lookup.
     """
 
-    #: At most this many topic names are cached; the cache is cleared when it is full.
-    CACHE_SIZE = 10_000
-    #: Topic names longer than this many characters are not cached, which bounds the cache's
-    #: memory at about CACHE_SIZE * CACHE_MAX_TOPIC_CHARS characters of keys.
-    CACHE_MAX_TOPIC_CHARS = 1024
+    __slots__ = ("_cache", "_filters", "_results", "_root", "_seq", "cache_max_topic_chars",
+                 "cache_size")
 
-    __slots__ = ("_cache", "_filters", "_results", "_root", "_seq")
-
-    def __init__(self) -> None:
+    def __init__(self, cache_size: int = 10_000, cache_max_topic_chars: int = 1024) -> None:
+        # At most `cache_size` topic names are cached; the cache is cleared when it is full.
+        # Names longer than `cache_max_topic_chars` are not cached, which bounds its memory
+        # at about cache_size * cache_max_topic_chars characters of keys. (Arguments, not
+        # class attributes to override: mypyc may compile this module, router/accel.py, and
+        # interpreted classes cannot subclass compiled ones.)
+        self.cache_size = cache_size
+        self.cache_max_topic_chars = cache_max_topic_chars
         self._root: _Node[K] = _Node()
         # key -> (its filter split into levels, its sequence number); dict order is add order.
         self._filters: dict[K, tuple[list[str], int]] = {}
@@ -284,8 +286,8 @@ class SubscriptionIndex(Generic[K]):
             pass
         validate_topic(topic)
         result = self._walk(topic)
-        if len(topic) <= self.CACHE_MAX_TOPIC_CHARS:
-            if len(self._cache) >= self.CACHE_SIZE:
+        if len(topic) <= self.cache_max_topic_chars:
+            if len(self._cache) >= self.cache_size:
                 self._invalidate()
             result = self._results.setdefault(result, result)
             self._cache[topic] = result

@@ -131,9 +131,10 @@ def test_filter_error_suggests_a_fix() -> None:
 
 @pytest.mark.parametrize("bad", [b"orders/eu", None, 3])
 def test_non_str_is_a_type_error(bad: object) -> None:
-    with pytest.raises(TypeError, match="must be a str"):
+    # "must be a str", or mypyc's "str object expected" when the module is compiled.
+    with pytest.raises(TypeError, match="str"):
         validate_topic(bad)  # type: ignore[arg-type]
-    with pytest.raises(TypeError, match="must be a str"):
+    with pytest.raises(TypeError, match="str"):
         validate_filter(bad)  # type: ignore[arg-type]
 
 
@@ -305,11 +306,7 @@ def test_cache_is_hit_and_invalidated() -> None:
 
 
 def test_cache_is_bounded() -> None:
-    class Small(SubscriptionIndex[int]):
-        CACHE_SIZE = 3
-        CACHE_MAX_TOPIC_CHARS = 10
-
-    index = Small()
+    index: SubscriptionIndex[int] = SubscriptionIndex(cache_size=3, cache_max_topic_chars=10)
     index.add(1, "#")
     for i in range(20):
         assert index.match(f"t/{i}") == (1,)
