@@ -71,16 +71,16 @@ class _Wake:
 
 
 class _Cycle:
-    """Output produced while readers process input is written once per read cycle: each
-    connection that got output is written with one non-blocking send when the reader that
-    caused it is done (the writer task is woken only when the socket cannot take it all, or
-    for output made outside a read: timers, other edges, the mesh). One send per connection
-    and batch, and no writer task switch per packet."""
+    """Output produced while the reactor reads is written once per round: each connection
+    that got output is written with one non-blocking send when the round is done (the writer
+    task is woken only when the socket cannot take it all, or for output made outside a
+    round: timers, other edges, the mesh). One send per connection and round, and no writer
+    task switch per packet."""
 
     __slots__ = ("depth", "pending")
 
     def __init__(self) -> None:
-        self.depth = 0  # > 0 while a reader is inside `conn.receive` (or a flush runs)
+        self.depth = 0  # > 0 while the reactor is inside `conn.receive` (or a flush runs)
         self.pending: list[_Out] = []
 
     def flush(self) -> None:
