@@ -704,7 +704,8 @@ class Decoder:
                         and ptype in parsers:
                     packet_id = (data[pos + 2] << 8) | data[pos + 3]
                     if packet_id:
-                        packets.append(_plain_ack(first, ptype, packet_id))
+                        packets.append(make_ack(_ACK_CLASSES[ptype], packet_id, 0,
+                                                EMPTY_PROPERTIES))
                         self._count += 1
                         pos += 4
                         ptype = None
@@ -1402,23 +1403,6 @@ _ACK_CLASSES: dict[int, Any] = {
     _T.PUBREL: PubRel,
     _T.PUBCOMP: PubComp,
 }
-# Plain acknowledgements decoded, shared: packets are frozen, and a session only reads them.
-# A window of packet ids keeps coming back, so this saves building one object per ack (the
-# most frequent packets by far); cleared when it reaches _PLAIN_ACKS_MAX.
-_PLAIN_ACKS: dict[int, Any] = {}
-_PLAIN_ACKS_MAX = 4096
-
-
-def _plain_ack(first: int, ptype: int, packet_id: int) -> Any:
-    key = (first << 16) | packet_id
-    ack = _PLAIN_ACKS.get(key)
-    if ack is None:
-        if len(_PLAIN_ACKS) >= _PLAIN_ACKS_MAX:
-            _PLAIN_ACKS.clear()
-        ack = _PLAIN_ACKS[key] = make_ack(_ACK_CLASSES[ptype], packet_id, 0, EMPTY_PROPERTIES)
-    return ack
-
-
 _ACK_SECTION: dict[int, str] = {
     _T.PUBACK: "3.4", _T.PUBREC: "3.5", _T.PUBREL: "3.6", _T.PUBCOMP: "3.7"}
 _PING_REQ = PingReq()
