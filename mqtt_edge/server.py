@@ -48,7 +48,7 @@ async def serve_mqtt(
 ) -> None:
     listeners = await trio.open_tcp_listeners(where.port, host=where.host)
     retained.store(node)  # now, so that retained messages other routers share are kept
-    reactor = _Reactor(_cycle(node))
+    reactor = _Reactor()
     try:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(reactor.run)
@@ -100,13 +100,6 @@ class _Cycle:
                 out.dirty = False
                 out.wake.set()
             self.pending = []
-
-
-def _cycle(node: Any) -> _Cycle:
-    cycle = getattr(node, "_mqtt_cycle", None)
-    if cycle is None:
-        cycle = node._mqtt_cycle = _Cycle()
-    return cycle
 
 
 class _Out:
@@ -210,9 +203,11 @@ class _Reading:
 class _Reactor:
     """Reads all MQTT connections of the router from one task (see the module docstring)."""
 
-    def __init__(self, cycle: _Cycle) -> None:
+    def __init__(self) -> None:
         self.ep = select.epoll()
-        self.cycle = cycle
+        # The reactor's own: output a round makes for a connection of another listener's
+        # reactor (depth 0 there) goes through that connection's writer task.
+        self.cycle = _Cycle()
         self.reading: dict[int, _Reading] = {}
 
     def add(self, conn: MqttConnection, fd: int) -> _Reading:
