@@ -38,7 +38,7 @@ from router.failover import LINK_STOLEN
 from router.records import ALL, LinkIdentity
 
 from . import mapping, retained
-from .codec import MQTT_5, Decoder, ProtocolError, encode, encode_plain_publish
+from .codec import MQTT_5, PLAIN_ACK_SHIFT, Decoder, ProtocolError, encode, encode_plain_publish
 from .packets import (
     EMPTY_PROPERTIES,
     ConnAck,
@@ -73,7 +73,7 @@ WINDOW_311 = 100  # in-flight QoS 1/2 messages toward a 3.1.1 client (it has no 
 # Acknowledgements and pings are handled at once even while PUBLISHes wait for engine
 # credit: a PUBREL behind them is what frees that credit (else a client keeping its whole
 # receive-maximum in flight deadlocks).
-NEVER_HELD = (PubAck, PubRec, PubRel, PubComp, PingReq)
+NEVER_HELD = (int, PubAck, PubRec, PubRel, PubComp, PingReq)  # int: a plain acknowledgement
 HELD_QOS0 = 64  # held packets beyond the receive maximum before the reader pauses
 QOS0_CREDIT = 1000  # engine credit of a QoS 0 subscription, topped up as output drains
 OUTPUT_HIGH = 256 * 1024  # bytes of unsent output above which QoS 0 credit is not topped up
@@ -88,6 +88,7 @@ DELIVERY_ID_PROPERTY = "exactmesh-delivery-id"
 # directly, it skips building a packet object and the encoder on the per-message path.
 _PACK_ACK = struct.Struct(">BBH").pack
 _PUBACK, _PUBREC, _PUBREL, _PUBCOMP = 0x40, 0x50, 0x62, 0x70
+_T_PUBREC, _T_PUBREL, _T_PUBCOMP = 5, 6, 7  # packet types
 NEVER_EXPIRES = 0xFFFFFFFF
 CONNECT_TIMEOUT = 10.0  # seconds a new connection has to send CONNECT
 
@@ -240,7 +241,7 @@ class MqttConnection:
         self.peer = peer
         cfg = node.config
         self.max_packet = max(64, cfg.max_message_size)
-        self.decoder = Decoder(self.max_packet)
+        self.decoder = Decoder(self.max_packet, plain_acks=True)  # acks as ints: _on_plain_ack
         self.version = 0
         self.out = bytearray()
         self.on_output: Any = None  # set by the server: wakes the writer
@@ -307,7 +308,9 @@ class MqttConnection:
 
     def _dispatch(self, p: Any) -> None:
         kind = type(p)
-        if kind is Publish:
+        if kind is int:
+            self._on_plain_ack(p)
+        elif kind is Publish:
             self._on_publish(p)
         elif kind is PubAck:
             self._on_puback(p)
@@ -589,16 +592,19 @@ class MqttConnection:
                 self.engine.publisher_settled(self.pub.id, tag)  # type: ignore[union-attr]
 
     def _on_pubrel(self, p: PubRel) -> None:
+        self._pubrel(p.packet_id)
+
+    def _pubrel(self, pid: int) -> None:
         assert self.session is not None
-        code = self.session.in_rec.pop(p.packet_id, None)
+        code = self.session.in_rec.pop(pid, None)
         if code is None:
             # 3.1.1 has no reason codes: a plain PUBCOMP (the packet id is free either way).
             rc = RC.PACKET_IDENTIFIER_NOT_FOUND.value if self.version == MQTT_5 else 0
-            self._send(PubComp(p.packet_id, rc))
+            self._send(PubComp(pid, rc))
             return
         if self.pub is not None:
-            self.engine.publisher_settled(self.pub.id, p.packet_id.to_bytes(2, "big"))
-        self.out += _PACK_ACK(_PUBCOMP, 2, p.packet_id)
+            self.engine.publisher_settled(self.pub.id, pid.to_bytes(2, "big"))
+        self.out += _PACK_ACK(_PUBCOMP, 2, pid)
 
     # ---------------------------------------------------------------- SUBSCRIBE
 
@@ -788,28 +794,50 @@ class MqttConnection:
         session.pid_by_copy.pop((topic_filter, tag), None)
         return self.subs.get(topic_filter), tag
 
+    def _on_plain_ack(self, packed: int) -> None:
+        """A four-byte PUBACK / PUBREC / PUBREL / PUBCOMP, as the decoder hands it over."""
+        ptype = packed >> PLAIN_ACK_SHIFT
+        pid = packed & 0xFFFF
+        if ptype == _T_PUBREC:
+            self._pubrec(pid, 0, EMPTY_PROPERTIES)
+        elif ptype == _T_PUBCOMP:
+            self._pubcomp(pid)
+        elif ptype == _T_PUBREL:
+            self._pubrel(pid)
+        else:
+            self._puback(pid, 0, EMPTY_PROPERTIES)
+
     def _on_puback(self, p: PubAck) -> None:
-        done = self._out_done(p.packet_id)
+        self._puback(p.packet_id, p.reason_code, p.properties)
+
+    def _puback(self, pid: int, code: int, props: Properties) -> None:
+        done = self._out_done(pid)
         if done is not None and done[0] is not None:
-            self._answer(done[0], done[1], p.reason_code, p.properties)
+            self._answer(done[0], done[1], code, props)
         self._freed()
 
     def _on_pubrec(self, p: PubRec) -> None:
-        done = self._out_done(p.packet_id)
+        self._pubrec(p.packet_id, p.reason_code, p.properties)
+
+    def _pubrec(self, pid: int, code: int, props: Properties) -> None:
+        done = self._out_done(pid)
         if done is None:
-            if p.packet_id in self.session.out_rel:  # type: ignore[union-attr]
-                self._send(PubRel(p.packet_id))
+            if pid in self.session.out_rel:  # type: ignore[union-attr]
+                self._send(PubRel(pid))
             return
-        if p.reason_code < 0x80:
-            self.session.out_rel.add(p.packet_id)  # type: ignore[union-attr]
-            self.out += _PACK_ACK(_PUBREL, 2, p.packet_id)
+        if code < 0x80:
+            self.session.out_rel.add(pid)  # type: ignore[union-attr]
+            self.out += _PACK_ACK(_PUBREL, 2, pid)
         if done[0] is not None:
-            self._answer(done[0], done[1], p.reason_code, p.properties)
+            self._answer(done[0], done[1], code, props)
         self._freed()
 
     def _on_pubcomp(self, p: PubComp) -> None:
+        self._pubcomp(p.packet_id)
+
+    def _pubcomp(self, pid: int) -> None:
         assert self.session is not None
-        self.session.out_rel.discard(p.packet_id)
+        self.session.out_rel.discard(pid)
         self._freed()
 
     def _answer(self, sl: SubLink, tag: bytes, code: int, props: Properties) -> None:

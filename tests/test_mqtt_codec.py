@@ -49,6 +49,7 @@ from hypothesis import strategies as st
 
 from mqtt_edge.codec import (
     MAX_PACKET_SIZE,
+    PLAIN_ACK_SHIFT,
     Decoder,
     DecoderClosedError,
     ProtocolError,
@@ -423,6 +424,41 @@ def test_round_trip_client_packets(version: int, data: Any) -> None:
     assert decoder.buffered == 0
     assert decoder.version == version
     assert decoder.connect == connect
+
+
+def _as_plain_ack(p: Packet | int) -> Packet | int:
+    """What a `plain_acks` decoder gives for *p*: an int for a four-byte acknowledgement."""
+    if type(p) in (PubAck, PubRec, PubRel, PubComp) and p.reason_code == 0 \
+            and p.properties == EMPTY_PROPERTIES:
+        ptype = {PubAck: 4, PubRec: 5, PubRel: 6, PubComp: 7}[type(p)]
+        return ptype << PLAIN_ACK_SHIFT | p.packet_id
+    return p
+
+
+@pytest.mark.parametrize("version", [4, 5])
+@examples(120)
+@given(data=st.data())
+def test_plain_acks_decode_as_ints_and_nothing_else_changes(version: int, data: Any) -> None:
+    """The router's decoder (`plain_acks`) reads the same stream to the same packets, except
+    that each acknowledgement without reason code or properties is `type << 16 | id`."""
+    connect = CONNECT_5 if version == 5 else data.draw(connects(False))
+    packets = data.draw(st.lists(client_packets(version), min_size=1, max_size=8))
+    stream = encode(connect, version) + b"".join(encode(p, version) for p in packets)
+    sizes = data.draw(st.lists(st.integers(1, 40), max_size=8))
+    decoder = Decoder(MAX_PACKET_SIZE, plain_acks=True)
+    assert feed_in_chunks(decoder, stream, sizes) == [connect, *map(_as_plain_ack, packets)]
+
+
+def test_plain_acks_keep_the_checks_of_the_full_path() -> None:
+    """A packet id 0 or a reason code takes the full path: refused, or a packet object."""
+    decoder = Decoder(plain_acks=True)
+    assert decoder.receive(encode(CONNECT_5, 5) + bytes([0x50, 2, 1, 2, 0x62, 2, 0, 7])) == [
+        CONNECT_5, 5 << PLAIN_ACK_SHIFT | 0x0102, 6 << PLAIN_ACK_SHIFT | 7]
+    assert decoder.receive(bytes([0x50, 3, 0, 9, 0x80])) == [PubRec(9, 0x80)]
+    with pytest.raises(ProtocolError) as err:
+        decoder.receive(bytes([0x70, 2, 0, 3, 0x40, 2, 0, 0]))
+    assert err.value.packets == [7 << PLAIN_ACK_SHIFT | 3]  # the one before the fault
+    assert "packet id" in str(err.value).lower() or "identifier" in str(err.value).lower()
 
 
 @pytest.mark.parametrize("version", [4, 5])
