@@ -170,7 +170,7 @@ def _encode_pairs(pairs: tuple[tuple[str, str], ...]) -> bytes:
 # ---------------------------------------------------------------------------------- decoding
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class Decoded:
     """What an MQTT subscriber's PUBLISH needs from an AMQP message."""
 
@@ -178,6 +178,14 @@ class Decoded:
     payload: bytes
     qos: int  # the QoS it was published with (2 for an unsettled AMQP message)
     properties: Properties
+
+    # Hand-written: mypyc compiles it (the generated one runs as plain Python; actions.py).
+    def __init__(self, topic: str | None, payload: bytes, qos: int,
+                 properties: Properties) -> None:
+        self.topic = topic
+        self.payload = payload
+        self.qos = qos
+        self.properties = properties
 
 
 class _Unknown(Exception):
