@@ -337,6 +337,7 @@ class Run:
     server_cpu_s: float = 0.0
     other_cpu_s: float = 0.0  # busy CPU of processes outside this benchmark, during the run
     wall_s: float = 0.0
+    busy_cores: float = 0.0  # the machine's busy CPUs during the run (all processes)
     problems: list[str] = field(default_factory=list)
 
     @property
@@ -424,7 +425,9 @@ def run_one(server: Server, qos: int, n_subs: int, args: argparse.Namespace) -> 
         r.wall_s = time.monotonic() - t0
         r.server_cpu_s = proc_cpu_s(pid) - cpu0
         own_cpu = r.server_cpu_s + r.pub["cpu_s"] + sum(s["cpu_s"] for s in r.sub)
-        r.other_cpu_s = max(0.0, machine_busy_s() - busy0 - own_cpu)
+        busy = machine_busy_s() - busy0
+        r.other_cpu_s = max(0.0, busy - own_cpu)
+        r.busy_cores = busy / r.wall_s if r.wall_s else 0.0
     finally:
         for c in clients:
             if c.poll() is None:
@@ -598,7 +601,7 @@ def main(argv: list[str] | None = None) -> int:
                         runs[which].append(r)
                         print(f"  {which:9} QoS {qos} 1 -> {n} #{rep + 1}: {r.msgs:,} msgs, "
                               f"{r.rate:,.0f} msg/s delivered ({r.pub_rate:,.0f} at the "
-                              f"publisher), server "
+                              f"publisher), {r.busy_cores:.2f} CPUs busy, server "
                               f"{_f(r.us_per_msg(r.server_cpu_s), '{:.1f}')} us/msg"
                               + (f"  PROBLEMS: {'; '.join(r.problems)}" if r.problems else ""),
                               flush=True)
