@@ -10,7 +10,7 @@ BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed-stamp
 ACCEL   := $(VENV)/.accel-stamp
 # The modules router/accel.py compiles (its MODULES; tests/test_accel.py checks they match).
-ACCEL_SRC := mqtt_edge/codec.py mqtt_edge/mapping.py mqtt_edge/session.py \
+ACCEL_SRC := mqtt_edge/codec.py mqtt_edge/mapping.py mqtt_edge/session.py mqtt_edge/reactor.py \
   router/engine.py router/failover.py router/records.py router/actions.py router/topics.py
 
 .PHONY: demo test lint bench venv accel clean
@@ -54,7 +54,7 @@ test: $(STAMP) $(ACCEL)
 	EXACTMESH_PURE_PYTHON=1 $(BIN)/python -m pytest -q -p no:cacheprovider \
 	  tests/test_engine_units.py tests/test_engine_stateful.py tests/test_failover_engine.py \
 	  tests/test_topics.py tests/test_mqtt_codec.py tests/test_mqtt_edge.py \
-	  tests/test_mqtt_will_retain.py tests/test_accel.py
+	  tests/test_mqtt_will_retain.py tests/test_mqtt_backpressure.py tests/test_accel.py
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

@@ -277,13 +277,13 @@ class MqttConnection:
         It keeps reading below that: the PUBRELs and acks that free credit come behind."""
         return len(self.held) >= self.receive_max + HELD_QOS0 or self.closing
 
-    def receive(self, data: bytes) -> None:
-        """Bytes from the client."""
+    def receive(self, data: bytes, now: float | None = None) -> None:
+        """Bytes from the client; *now*: the router's clock, when the caller has read it."""
         if self.closing:
             return
-        # One clock read per batch of packets: the engine's `now` for the PUBLISHes in it
-        # (a trio clock read is a few Python calls; this is the per-message path).
-        self.last_heard = self._now = self.node.now()
+        # One clock read per batch of packets at most: the engine's `now` for the PUBLISHes
+        # in it (a trio clock read is a few Python calls; this is the per-message path).
+        self.last_heard = self._now = self.node.now() if now is None else now
         try:
             packets = self.decoder.receive(data)
         except ProtocolError as err:

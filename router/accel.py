@@ -32,7 +32,7 @@ ROOT = Path(__file__).resolve().parent.parent
 # What is compiled: the modules on the per-message path, in one group (calls between them are
 # C calls). Their code must type-check under mypy: mypyc enforces the annotations at run time.
 MODULES = (
-    "mqtt_edge.codec", "mqtt_edge.mapping", "mqtt_edge.session",
+    "mqtt_edge.codec", "mqtt_edge.mapping", "mqtt_edge.session", "mqtt_edge.reactor",
     "router.engine", "router.failover", "router.records", "router.actions", "router.topics",
 )
 GROUP = "router.accel_lib"  # the shared library: router/accel_lib__mypyc.*.so
