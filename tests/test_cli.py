@@ -214,3 +214,20 @@ def test_demo_runs_and_reports_success():
     # the MQTT device at B: owed paris' and berlin's 600, processed 600, 0 dup, 0 lost
     device = next(line for line in result.stdout.splitlines() if line.startswith("sensor-b"))
     assert device.split()[-6:] == ["600", "600", "0", "0", "yes", "-"], device
+
+
+def test_a_router_process_collects_young_garbage_less_often() -> None:
+    """`exactmesh router` raises the collector's first threshold and freezes what start-up
+    loaded (router/cli.py: GC_THRESHOLD_0); the other thresholds stay as they were."""
+    import gc
+
+    from router import cli
+
+    before = gc.get_threshold()
+    try:
+        cli.tune_gc()
+        assert gc.get_threshold() == (cli.GC_THRESHOLD_0, *before[1:])
+        assert gc.get_freeze_count() > 0
+    finally:
+        gc.unfreeze()
+        gc.set_threshold(*before)
