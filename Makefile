@@ -54,7 +54,8 @@ test: $(STAMP) $(ACCEL)
 	EXACTMESH_PURE_PYTHON=1 $(BIN)/python -m pytest -q -p no:cacheprovider \
 	  tests/test_engine_units.py tests/test_engine_stateful.py tests/test_failover_engine.py \
 	  tests/test_topics.py tests/test_mqtt_codec.py tests/test_mqtt_edge.py \
-	  tests/test_mqtt_will_retain.py tests/test_mqtt_backpressure.py tests/test_accel.py
+	  tests/test_mqtt_will_retain.py tests/test_mqtt_backpressure.py tests/test_mqtt_keepalive.py \
+	  tests/test_accel.py
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

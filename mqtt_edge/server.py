@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import socket
 from functools import partial
 from typing import Any
@@ -35,8 +36,6 @@ from .session import MqttConnection
 log = logging.getLogger("exactmesh.mqtt")
 
 CLOSE_GRACE = 1.0  # seconds a closing connection gets to send its last packets
-KEEPALIVE_RECHECK = 5.0  # seconds; a connection without keep-alive is looked at this often
-KEEPALIVE_STEP = 0.25  # how late a keep-alive (or connect) deadline may be noticed
 
 
 async def serve_mqtt(
@@ -91,10 +90,12 @@ async def _serve_connection(node: Any, reactor: Reactor, stream: trio.SocketStre
     node.connections.add(conn)
     reading = reactor.add(conn, fd)
     conn.on_resume = reading.resume
+    moved = _Wake()
+    conn.on_deadline = moved.set
     try:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(_writer, conn, stream, wake, nursery.cancel_scope, out)
-            nursery.start_soon(_watchdog, conn)
+            nursery.start_soon(_watchdog, conn, moved)
             if conn.closing:
                 reading.finish()
             await reading.done.wait()
@@ -116,20 +117,20 @@ async def _serve_connection(node: Any, reactor: Reactor, stream: trio.SocketStre
             await stream.aclose()
 
 
-async def _watchdog(conn: MqttConnection) -> None:
-    """Closes a connection silent for 1.5 x its keep-alive (or without CONNECT in time)."""
+async def _watchdog(conn: MqttConnection, moved: _Wake) -> None:
+    """Closes a connection silent for 1.5 x its keep-alive (or without CONNECT in time).
+
+    It sleeps until the deadline it read, and no more often: a packet heard moves the
+    deadline later (the watchdog then finds it not yet due and sleeps again), and CONNECT,
+    the one change that can move it earlier, wakes it (`moved`). An idle device costs one
+    wake-up per 1.5 x its keep-alive."""
     while not conn.closing:
-        d = conn.keepalive_deadline()
-        if d is None:  # keep-alive 0: nothing to watch (checked again now and then)
-            await trio.sleep(KEEPALIVE_RECHECK)
-            continue
-        if trio.current_time() < d:
-            # Not past the deadline we read: it can move earlier (CONNECT replaces the
-            # connect deadline with the keep-alive one), so look again at least this often.
-            await trio.sleep_until(min(d, trio.current_time() + KEEPALIVE_STEP))
-            continue
-        conn.keepalive_expired()
-        return
+        d = conn.keepalive_deadline()  # None: keep-alive 0, nothing to watch
+        if d is not None and trio.current_time() >= d:
+            conn.keepalive_expired()
+            return
+        with trio.move_on_at(math.inf if d is None else d):
+            await moved.wait()
 
 
 async def _writer(

@@ -246,6 +246,9 @@ class MqttConnection:
         self.out = bytearray()
         self.on_output: Any = None  # set by the server: wakes the writer
         self.on_resume: Any = None  # set by the server: the reader may read again
+        # Set by the server: the keep-alive deadline may have moved earlier (CONNECT replaced
+        # the connect deadline); packets heard only ever move it later.
+        self.on_deadline: Any = None
         self.closing = False  # close the socket once the output is written
         self.connected = False  # CONNACK sent
         self.session: SessionState | None = None
@@ -431,6 +434,8 @@ class MqttConnection:
             )
         self._send(ConnAck(present, 0, cprops))
         self.connected = True
+        if self.on_deadline is not None:
+            self.on_deadline()
         log.debug("mqtt client %r connected from %s (MQTT %s, %s session, expiry %g s)",
                   client_id, self.peer, "5.0" if v5 else "3.1.1",
                   "resumed" if present else "new", expiry)
