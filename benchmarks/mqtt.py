@@ -511,14 +511,40 @@ def summarize(runs: list[Run]) -> Summary:
     )
 
 
-def report(pairs: list[tuple[Summary, Summary]]) -> list[str]:
+@dataclass
+class Paired:
+    """Ratios of each exactmesh run to the mosquitto run just before it: the host's speed
+    drifts within minutes, and a ratio of neighbours drifts less than a ratio of medians."""
+
+    rate: list[float]
+    cpu: list[float]
+
+    def describe(self) -> str:
+        if not self.rate:
+            return ""
+        return (f"; run by run: throughput {_median(self.rate):.2f}x "
+                f"({min(self.rate):.2f}-{max(self.rate):.2f}), CPU {_median(self.cpu):.2f}x "
+                f"({min(self.cpu):.2f}-{max(self.cpu):.2f})")
+
+
+def paired_ratios(em: list[Run], mq: list[Run]) -> Paired:
+    rate, cpu = [], []
+    for e, m in zip(em, mq, strict=False):  # one list is empty with --server
+        e_us, m_us = e.us_per_msg(e.server_cpu_s), m.us_per_msg(m.server_cpu_s)
+        if e.rate and m.rate and e_us and m_us:
+            rate.append(e.rate / m.rate)
+            cpu.append(e_us / m_us)
+    return Paired(rate, cpu)
+
+
+def report(pairs: list[tuple[Summary, Summary, Paired]]) -> list[str]:
     lines = [
         "| scenario | server | delivered msgs/s | at publisher msgs/s | p50 ms | p99 ms | "
         "server CPU us/msg | pub us/msg | sub us/msg | other load |",
         "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     ratios = []
-    for em, mq in pairs:
+    for em, mq, paired in pairs:
         name = f"QoS {em.qos}, 1 -> {em.subs}"
         for r in (em, mq):
             lines.append(
@@ -530,7 +556,7 @@ def report(pairs: list[tuple[Summary, Summary]]) -> list[str]:
         ratios.append(
             f"{name}: exactmesh / mosquitto throughput {_ratio(em.rate, mq.rate)} delivered "
             f"({_ratio(em.pub_rate, mq.pub_rate)} at the publisher), "
-            f"server CPU per message {_ratio(em.server_us, mq.server_us)}"
+            f"server CPU per message {_ratio(em.server_us, mq.server_us)}{paired.describe()}"
             + ("" if em.qos != 2 else "  (target: >= 0.90x throughput, <= 1.5x CPU)"))
     return [*lines, "", *ratios]
 
@@ -580,7 +606,7 @@ def main(argv: list[str] | None = None) -> int:
         from router import accel  # the router it starts runs the same modules as this process
 
         print(f"exactmesh per-message modules: {accel.describe()}", flush=True)
-    pairs: list[tuple[Summary, Summary]] = []
+    pairs: list[tuple[Summary, Summary, Paired]] = []
     failed = False
     with tempfile.TemporaryDirectory(prefix="mqtt-bench-") as tmp:
         work = Path(tmp)
@@ -606,7 +632,8 @@ def main(argv: list[str] | None = None) -> int:
                               + (f"  PROBLEMS: {'; '.join(r.problems)}" if r.problems else ""),
                               flush=True)
                         failed |= bool(r.problems)
-                pairs.append((summarize(runs["exactmesh"]), summarize(runs["mosquitto"])))
+                pairs.append((summarize(runs["exactmesh"]), summarize(runs["mosquitto"]),
+                              paired_ratios(runs["exactmesh"], runs["mosquitto"])))
     print()
     print("\n".join(report(pairs)))
     load1 = os.getloadavg()
