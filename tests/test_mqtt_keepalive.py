@@ -9,6 +9,8 @@ silent device is still closed on time is tests/test_mqtt_edge.py's keep-alive te
 
 from __future__ import annotations
 
+from collections import Counter
+
 import trio
 
 from mqtt_edge.codec import Decoder, encode
@@ -24,11 +26,11 @@ WINDOW = 1.5  # seconds watched; the old watchdog looked every 0.25 s
 
 class _WatchdogSteps(trio.abc.Instrument):
     def __init__(self) -> None:
-        self.steps = 0
+        self.steps: Counter[int] = Counter()  # per watchdog task
 
     def before_task_step(self, task: trio.lowlevel.Task) -> None:
         if task.name.endswith("_watchdog"):
-            self.steps += 1
+            self.steps[id(task)] += 1
 
 
 async def _connect(port: int, n: int) -> trio.SocketStream:
@@ -46,15 +48,14 @@ async def _connect(port: int, n: int) -> trio.SocketStream:
 def test_idle_devices_do_not_wake_the_router() -> None:
     node = Node(RouterConfig(id="K", amqp=HostPort("127.0.0.1", free_port())))
     counter = _WatchdogSteps()
-    result: dict[str, int] = {}
+    result: dict[str, Counter[int]] = {}
 
     async def main() -> None:
         async with trio.open_nursery() as nursery:
             listeners = await nursery.start(serve_mqtt, node, HostPort("127.0.0.1", 0))
             port = listeners[0].socket.getsockname()[1]
             streams = [await _connect(port, n) for n in range(DEVICES)]
-            await trio.sleep(0.1)  # let each watchdog take in its CONNECT
-            before = counter.steps
+            before = Counter(counter.steps)
             await trio.sleep(WINDOW)  # the window observed, not a synchronization
             result["steps"] = counter.steps - before
             for s in streams:
@@ -62,6 +63,8 @@ def test_idle_devices_do_not_wake_the_router() -> None:
             nursery.cancel_scope.cancel()
 
     trio.run(main, instruments=[counter])
-    # Keep-alive 60 s: no deadline falls in the window. The old watchdog took about
-    # DEVICES * WINDOW / 0.25 = 120 steps here.
-    assert result["steps"] == 0, result
+    # Keep-alive 60 s: no deadline falls in the window. A watchdog may still be taking in
+    # its CONNECT when the window opens (one step); the old one looked WINDOW / 0.25 = 6
+    # times per device.
+    steps = result["steps"]
+    assert max(steps.values(), default=0) <= 1, steps
