@@ -44,6 +44,7 @@ from .packets import (
     ConnAck,
     Connect,
     Disconnect,
+    PacketType,
     PingReq,
     PingResp,
     Properties,
@@ -88,7 +89,9 @@ DELIVERY_ID_PROPERTY = "exactmesh-delivery-id"
 # directly, it skips building a packet object and the encoder on the per-message path.
 _PACK_ACK = struct.Struct(">BBH").pack
 _PUBACK, _PUBREC, _PUBREL, _PUBCOMP = 0x40, 0x50, 0x62, 0x70
-_T_PUBREC, _T_PUBREL, _T_PUBCOMP = 5, 6, 7  # packet types
+# Plain ints (compiled comparisons) taken from the one definition of the packet types.
+_T_PUBREC, _T_PUBREL, _T_PUBCOMP = (
+    int(PacketType.PUBREC), int(PacketType.PUBREL), int(PacketType.PUBCOMP))
 NEVER_EXPIRES = 0xFFFFFFFF
 CONNECT_TIMEOUT = 10.0  # seconds a new connection has to send CONNECT
 
