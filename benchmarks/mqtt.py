@@ -337,7 +337,7 @@ class Run:
     server_cpu_s: float = 0.0
     other_cpu_s: float = 0.0  # busy CPU of processes outside this benchmark, during the run
     wall_s: float = 0.0
-    busy_cores: float = 0.0  # the machine's busy CPUs during the run (all processes)
+    own_cpu_s: float = 0.0  # the server's, the publisher's and the subscribers' CPU
     problems: list[str] = field(default_factory=list)
 
     @property
@@ -359,6 +359,13 @@ class Run:
         """At the publisher: first publish to last PUBACK/PUBCOMP."""
         e = self.pub.get("elapsed_s") or 0
         return self.msgs / e if e else 0.0
+
+    @property
+    def busy_cores(self) -> float:
+        """CPUs the server and its clients kept busy while the messages moved (first publish
+        to the last subscriber's last message). The run's wall time would understate it: it
+        also holds the clients' start and the subscribers' wait for late duplicates."""
+        return self.own_cpu_s * self.rate / self.msgs if self.msgs and self.rate else 0.0
 
     def us_per_msg(self, cpu_s: float) -> float | None:
         return cpu_s / self.msgs * 1e6 if self.msgs else None
@@ -424,10 +431,8 @@ def run_one(server: Server, qos: int, n_subs: int, args: argparse.Namespace) -> 
             r.sub.append(json.loads(line))
         r.wall_s = time.monotonic() - t0
         r.server_cpu_s = proc_cpu_s(pid) - cpu0
-        own_cpu = r.server_cpu_s + r.pub["cpu_s"] + sum(s["cpu_s"] for s in r.sub)
-        busy = machine_busy_s() - busy0
-        r.other_cpu_s = max(0.0, busy - own_cpu)
-        r.busy_cores = busy / r.wall_s if r.wall_s else 0.0
+        r.own_cpu_s = r.server_cpu_s + r.pub["cpu_s"] + sum(s["cpu_s"] for s in r.sub)
+        r.other_cpu_s = max(0.0, machine_busy_s() - busy0 - r.own_cpu_s)
     finally:
         for c in clients:
             if c.poll() is None:
@@ -483,6 +488,7 @@ class Summary:
     server_us: float | None
     pub_us: float | None
     sub_us: float | None
+    busy: float | None  # CPUs the server and its clients kept busy while messages moved
     other: float | None  # % of one core
 
 
@@ -507,6 +513,7 @@ def summarize(runs: list[Run]) -> Summary:
         _median([r.us_per_msg(r.pub.get("cpu_s", 0)) for r in ok]),
         _median([sum(s["cpu_s"] for s in r.sub) / len(r.sub) / r.msgs * 1e6
                  for r in ok if r.sub]),
+        _median([r.busy_cores for r in ok]),
         _median([r.other_cpu_s / r.wall_s * 100 for r in ok if r.wall_s]),
     )
 
@@ -540,8 +547,8 @@ def paired_ratios(em: list[Run], mq: list[Run]) -> Paired:
 def report(pairs: list[tuple[Summary, Summary, Paired]]) -> list[str]:
     lines = [
         "| scenario | server | delivered msgs/s | at publisher msgs/s | p50 ms | p99 ms | "
-        "server CPU us/msg | pub us/msg | sub us/msg | other load |",
-        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+        "server CPU us/msg | pub us/msg | sub us/msg | CPUs busy | other load |",
+        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     ratios = []
     for em, mq, paired in pairs:
@@ -552,7 +559,7 @@ def report(pairs: list[tuple[Summary, Summary, Paired]]) -> list[str]:
                 f"{_f(r.p50, '{:.2f}')} | "
                 f"{_f(r.p99, '{:.2f}')} | {_f(r.server_us, '{:.1f}')} | "
                 f"{_f(r.pub_us, '{:.1f}')} | {_f(r.sub_us, '{:.1f}')} | "
-                f"{_f(r.other, '{:.0f}%')} |")
+                f"{_f(r.busy, '{:.2f}')} | {_f(r.other, '{:.0f}%')} |")
         ratios.append(
             f"{name}: exactmesh / mosquitto throughput {_ratio(em.rate, mq.rate)} delivered "
             f"({_ratio(em.pub_rate, mq.pub_rate)} at the publisher), "
@@ -628,7 +635,8 @@ def main(argv: list[str] | None = None) -> int:
                         print(f"  {which:9} QoS {qos} 1 -> {n} #{rep + 1}: {r.msgs:,} msgs, "
                               f"{r.rate:,.0f} msg/s delivered ({r.pub_rate:,.0f} at the "
                               f"publisher), {r.busy_cores:.2f} CPUs busy, server "
-                              f"{_f(r.us_per_msg(r.server_cpu_s), '{:.1f}')} us/msg"
+                              f"{_f(r.us_per_msg(r.server_cpu_s), '{:.1f}')} us/msg, all "
+                              f"{_f(r.us_per_msg(r.own_cpu_s), '{:.0f}')} us/msg"
                               + (f"  PROBLEMS: {'; '.join(r.problems)}" if r.problems else ""),
                               flush=True)
                         failed |= bool(r.problems)
@@ -638,7 +646,8 @@ def main(argv: list[str] | None = None) -> int:
     print("\n".join(report(pairs)))
     load1 = os.getloadavg()
     print(f"\nload average at end {load1[0]:.2f} {load1[1]:.2f}; \"other load\": CPU used by "
-          "processes outside the benchmark during the run, in % of one core")
+          "processes outside the benchmark during the run, in % of one core; \"CPUs busy\": "
+          f"the server's and its clients' CPU while the messages moved ({os.cpu_count()} here)")
     print("RESULT:", "counts FAILED (see PROBLEMS)" if failed else
           "every subscriber got every message (at QoS 2 exactly once)")
     return 1 if failed else 0
