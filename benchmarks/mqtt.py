@@ -115,8 +115,10 @@ def run_subscriber(args: argparse.Namespace) -> None:
     print("READY" if state["subscribed"] else "NOT-SUBSCRIBED", flush=True)
     cpu0 = _cpu_s()
     give_up = None
+    loops = 0  # passes of paho's loop(), as in run_publisher
     while True:
         c.loop(0.02)
+        loops += 1
         if expected:
             if give_up is None:
                 give_up = time.monotonic() + SUB_GRACE_S
@@ -131,7 +133,8 @@ def run_subscriber(args: argparse.Namespace) -> None:
     distinct = sum(seen)
     print(json.dumps({"received": counts["received"], "distinct": distinct,
                       "dup": counts["dup"], "bad": counts["bad"],
-                      "dup_flag": counts["dup_flag"], "cpu_s": cpu, "last_mono": last[0]}),
+                      "dup_flag": counts["dup_flag"], "cpu_s": cpu, "last_mono": last[0],
+                      "loops": loops}),
           flush=True)
 
 
@@ -165,6 +168,7 @@ def run_publisher(args: argparse.Namespace) -> None:
     t0 = perf()
     stop_at = t0 + args.max_seconds
     sent = 0
+    loops = 0  # passes of paho's loop(): each costs a select() and its Python around it
     while True:
         now = perf()
         if now < stop_at:
@@ -183,6 +187,7 @@ def run_publisher(args: argparse.Namespace) -> None:
         if now > stop_at + 10:  # the server stopped answering
             break
         c.loop(0.05)
+        loops += 1
     elapsed = perf() - t0
     cpu = _cpu_s() - cpu0
     c.disconnect()
@@ -194,7 +199,7 @@ def run_publisher(args: argparse.Namespace) -> None:
 
     print(json.dumps({"sent": sent, "acked": state["acked"], "unfinished": state["inflight"],
                       "elapsed_s": elapsed, "t0_mono": t0_mono, "p50_ms": pct(0.50),
-                      "p99_ms": pct(0.99), "cpu_s": cpu}), flush=True)
+                      "p99_ms": pct(0.99), "cpu_s": cpu, "loops": loops}), flush=True)
 
 
 # ============================================================================ the servers
@@ -366,6 +371,14 @@ class Run:
         to the last subscriber's last message). The run's wall time would understate it: it
         also holds the clients' start and the subscribers' wait for late duplicates."""
         return self.own_cpu_s * self.rate / self.msgs if self.msgs and self.rate else 0.0
+
+    def passes(self) -> str:
+        """The clients' paho loop passes per message: publisher, then the subscribers'
+        mean. Fewer means each pass handled more packets (deeper queues, less CPU)."""
+        if not self.msgs or not self.sub:
+            return "-"
+        sub = sum(s.get("loops", 0) for s in self.sub) / len(self.sub)
+        return f"pub {self.pub.get('loops', 0) / self.msgs:.2f}, sub {sub / self.msgs:.2f}"
 
     def us_per_msg(self, cpu_s: float) -> float | None:
         return cpu_s / self.msgs * 1e6 if self.msgs else None
@@ -637,6 +650,7 @@ def main(argv: list[str] | None = None) -> int:
                               f"publisher), {r.busy_cores:.2f} CPUs busy, server "
                               f"{_f(r.us_per_msg(r.server_cpu_s), '{:.1f}')} us/msg, all "
                               f"{_f(r.us_per_msg(r.own_cpu_s), '{:.0f}')} us/msg"
+                              f", paho loop passes per message: {r.passes()}"
                               + (f"  PROBLEMS: {'; '.join(r.problems)}" if r.problems else ""),
                               flush=True)
                         failed |= bool(r.problems)
