@@ -22,7 +22,7 @@ database before it goes on the wire without one commit per message.
 Identity: a publisher is container-id NAME with link `pub/NAME`; its delivery tags are the
 ASCII decimal of a persisted sequence number (b"1", b"2", ...), never reused, and a message's
 id is "NAME:seq". A subscriber is container-id NAME with link `sub/NAME`; it sees the router's
-tags (32 hex characters, `router.records.outgoing_tag`). On reconnecting, both declare what
+tags (32 hex characters, `router.core.records.outgoing_tag`). On reconnecting, both declare what
 they hold in the link property `exactmesh:resume` (docs/resume-protocol.md).
 """
 
@@ -43,7 +43,7 @@ from urllib.parse import urlsplit
 from proton import Condition, Delivery, Endpoint, Handler, Message, Terminus, symbol
 from proton.reactor import ApplicationEvent, Container, EventInjector, LinkOption
 
-from router.topics import TopicError, validate_filter, validate_topic
+from router.core.topics import TopicError, validate_filter, validate_topic
 
 from .client_store import PublisherStore, StoreError, SubscriberStore
 

@@ -24,17 +24,17 @@ from proton import (
     symbol,
 )
 
-from router.actions import Accepted, CloseLink, Credit, Decide, Send, SettleCopy
-from router.engine import Disposition
-from router.records import ALL, MODES, LinkIdentity
-from router.topics import TopicError, validate_filter, validate_topic
+from router.core.actions import Accepted, CloseLink, Credit, Decide, Send, SettleCopy
+from router.core.engine import Disposition
+from router.core.records import ALL, MODES, LinkIdentity
+from router.core.topics import TopicError, validate_filter, validate_topic
 
 from . import pn
 from .resume import ResumeError, answer, publisher_resends, subscriber_resume
 from .sections import MalformedMessage, annotate, publisher_annotation, scan, with_redelivery
 
 if TYPE_CHECKING:
-    from router.node import Node
+    from router.runtime.node import Node
 
 log = logging.getLogger("exactmesh.amqp")
 

@@ -14,8 +14,8 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from router.actions import Forget, Forward, MeshAction, Subscribed, Verdict
-from router.engine import Engine
+from router.core.actions import Forget, Forward, MeshAction, Subscribed, Verdict
+from router.core.engine import Engine
 
 from .gossip import Gossip, RouterRestarted, SubChange
 from .sync import MeshSync

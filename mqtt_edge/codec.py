@@ -24,7 +24,7 @@ from __future__ import annotations
 import struct
 from typing import Any, Literal
 
-from router.topics import TopicError, validate_filter, validate_topic
+from router.core.topics import TopicError, validate_filter, validate_topic
 
 from . import reason_codes as rcs
 from .packets import (
@@ -500,7 +500,7 @@ def _check_payload_format(payload: bytes, props: Properties, what: str, pos: int
 
 
 def _check_filter(topic_filter: str, v5: bool, where: str, pos: int) -> None:
-    """Topic filter syntax (section 4.7, via router.topics) and, in 5.0, shared subscription
+    """Topic filter syntax (section 4.7, via router.core.topics) and, in 5.0, shared subscription
     syntax (section 4.8.2)."""
     try:
         validate_filter(topic_filter)

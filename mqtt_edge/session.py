@@ -32,10 +32,10 @@ import struct
 from collections import deque
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from router.actions import Accepted, CloseLink, Credit, Decide, Send, SettleCopy
-from router.engine import NO_SUBSCRIBERS, Disposition
-from router.failover import LINK_STOLEN
-from router.records import ALL, LinkIdentity
+from router.core.actions import Accepted, CloseLink, Credit, Decide, Send, SettleCopy
+from router.core.engine import NO_SUBSCRIBERS, Disposition
+from router.core.failover import LINK_STOLEN
+from router.core.records import ALL, LinkIdentity
 
 from . import mapping, retained
 from .codec import MQTT_5, PLAIN_ACK_SHIFT, Decoder, ProtocolError, encode, encode_plain_publish
@@ -63,7 +63,7 @@ from .reason_codes import ReasonCode as RC
 from .reason_codes import reason_name
 
 if TYPE_CHECKING:
-    from router.node import Node
+    from router.runtime.node import Node
 
 log = logging.getLogger("exactmesh.mqtt")
 

@@ -1,5 +1,3 @@
-"""The router node: its sans-IO delivery engine and the runtime that wires edges to it."""
-
-from . import accel
-
-accel.guard()  # before anything imports a module that may be compiled (router/accel.py)
+"""The router node: `router.core` (the sans-IO delivery engine), `router.runtime` (trio) and the
+command line. Importing `router` does nothing: clients import `router.core.topics` for the
+topic helpers without loading a runtime or running the compiled-module guard."""

@@ -11,9 +11,12 @@ EXACTMESH_PURE_PYTHON=1) the router runs them as they are.
     exactmesh accel status   # which one a router here would run, and why
 
 A build writes, beside the extension modules, a manifest with the SHA-256 of each source it
-compiled. `guard()` (called by the `router` and `mqtt_edge` packages before anything imports
-their modules) loads the `.py` files instead when a source changed since the build, or when
-EXACTMESH_PURE_PYTHON=1: an edited source is never shadowed by a stale compiled module.
+compiled. `guard()` loads the `.py` files instead when a source changed since the build, or
+when EXACTMESH_PURE_PYTHON=1: an edited source is never shadowed by a stale compiled module.
+What runs a router calls it before importing a compiled module: the `router.runtime` and
+`mqtt_edge` packages, `exactmesh router` and `exactmesh demo`, the simulator and the tests'
+conftest. Clients (the SDK, the Spark source) import `router.core.topics` without it: they get
+the compiled module when one was built from the sources as they are, as in any install.
 """
 
 from __future__ import annotations
@@ -33,7 +36,8 @@ ROOT = Path(__file__).resolve().parent.parent
 # C calls). Their code must type-check under mypy: mypyc enforces the annotations at run time.
 MODULES = (
     "mqtt_edge.codec", "mqtt_edge.mapping", "mqtt_edge.session", "mqtt_edge.reactor",
-    "router.engine", "router.failover", "router.records", "router.actions", "router.topics",
+    "router.core.engine", "router.core.failover", "router.core.records", "router.core.actions",
+    "router.core.topics",
 )
 GROUP = "router.accel_lib"  # the shared library: router/accel_lib__mypyc.*.so
 MANIFEST = ROOT / "router" / "accel_manifest.json"

@@ -161,7 +161,7 @@ def tune_gc() -> None:
 
 
 def run_router(config: RouterConfig) -> int:
-    from .node import Node
+    from .runtime.node import Node
 
     tune_gc()
     logging.basicConfig(
@@ -194,7 +194,7 @@ def _listen_error(exc: BaseException) -> ListenError | None:
 
 def run_status(args: argparse.Namespace) -> int:
     """`exactmesh status ...`: one GET to the router's status endpoint."""
-    from .status import StatusError, fetch
+    from .runtime.status import StatusError, fetch
 
     try:
         where = parse_hostport(args.http, "--http")
@@ -214,6 +214,10 @@ def run_status(args: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
+    if args.command in ("router", "demo"):
+        from . import accel
+
+        accel.guard()  # before the compiled modules are imported (router/accel.py)
     if args.command == "router":
         try:
             config = router_config(args)

@@ -58,7 +58,7 @@ class RouterConfig:
     reconnect_timeout: float = 30.0
     resume_timeout: float = 5.0
     log_level: str = "info"
-    http: HostPort | None = None  # the status endpoint (router/status.py); off by default
+    http: HostPort | None = None  # the status endpoint (router/runtime/status.py); off by default
     mqtt: HostPort | None = None  # MQTT 3.1.1 / 5.0 clients (mqtt_edge/server.py); off by default
     # the mesh
     listen: HostPort | None = None  # where peer routers connect to us

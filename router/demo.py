@@ -29,7 +29,7 @@ from typing import Any
 
 from amqp_edge.client import ClientClosed, Publisher, Subscriber
 
-from .topics import matches
+from .core.topics import matches
 
 ROUTERS = ["A", "B", "C"]
 FAILOVER = {"A": "B", "B": "A", "C": "B"}  # each client's second router

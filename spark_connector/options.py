@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
 from amqp_edge.client import parse_urls
-from router.topics import TopicError, validate_topic
+from router.core.topics import TopicError, validate_topic
 
 # Options this data source reads, by their lower-case name (Spark treats option names
 # case-insensitively), with what each is for: the unknown-option error lists them.

@@ -44,7 +44,7 @@ from amqp_edge.client import (
     Publisher,
     encode_message,
 )
-from router.topics import TopicError, validate_topic
+from router.core.topics import TopicError, validate_topic
 
 from .options import ColumnPlan, SinkOptions
 

@@ -22,7 +22,7 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from router.actions import (
+from router.core.actions import (
     Accepted,
     CloseLink,
     Credit,
@@ -32,9 +32,9 @@ from router.actions import (
     SettleCopy,
     Subscribed,
 )
-from router.engine import Disposition, Engine, EngineConfig
-from router.records import ALL, SOME, LinkIdentity, outgoing_tag
-from router.topics import matches
+from router.core.engine import Disposition, Engine, EngineConfig
+from router.core.records import ALL, SOME, LinkIdentity, outgoing_tag
+from router.core.topics import matches
 
 TOPICS = ["a", "a/b", "b"]
 FILTERS = ["a", "a/#", "+", "#", "a/+", "b", "c"]

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from router.actions import ACCEPTED, Decide, Send
-from router.engine import Disposition, Engine, EngineConfig
-from router.records import SOME, LinkIdentity, outgoing_tag
+from router.core.actions import ACCEPTED, Decide, Send
+from router.core.engine import Disposition, Engine, EngineConfig
+from router.core.records import SOME, LinkIdentity, outgoing_tag
 
 
 def sends(engine: Engine) -> list[Send]:

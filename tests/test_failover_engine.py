@@ -7,7 +7,7 @@ these cases run in the deterministic simulation (tests/sim); these pin down each
 
 from __future__ import annotations
 
-from router.actions import (
+from router.core.actions import (
     ACCEPTED,
     CloseLink,
     Decide,
@@ -18,8 +18,8 @@ from router.actions import (
     Subscribed,
     Verdict,
 )
-from router.engine import Disposition, Engine, EngineConfig
-from router.records import LinkIdentity, outgoing_tag
+from router.core.engine import Disposition, Engine, EngineConfig
+from router.core.records import LinkIdentity, outgoing_tag
 
 PUB = LinkIdentity("shop", "pub/shop")
 SUB = LinkIdentity("billing", "sub/billing")

@@ -17,7 +17,7 @@ from mqtt_edge.codec import Decoder, encode
 from mqtt_edge.packets import ConnAck, Connect
 from mqtt_edge.server import serve_mqtt
 from router.config import HostPort, RouterConfig
-from router.node import Node
+from router.runtime.node import Node
 from tests.harness import free_port
 
 DEVICES = 20

@@ -27,7 +27,7 @@ from amqp_edge.client import (
 )
 from amqp_edge.client_store import StoreError
 from amqp_edge.trio_client import open_publisher, open_subscriber
-from router.records import outgoing_tag
+from router.core.records import outgoing_tag
 from tests.harness import EXACTMESH, ROOT, RouterProcess, free_port, wait_for
 from tests.mesh_harness import start_mesh
 

@@ -45,9 +45,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from router.actions import Accepted, Rejected
-from router.engine import DELIVERY_FAILED
-from router.records import ALL
+from router.core.actions import Accepted, Rejected
+from router.core.engine import DELIVERY_FAILED
+from router.core.records import ALL
 from tests.sim.world import DOWN_DETECT, TOPOLOGIES, Params, SimFailure, World, run
 
 LONG = bool(os.environ.get("EXACTMESH_LONG"))

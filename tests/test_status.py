@@ -16,9 +16,9 @@ from typing import Any
 
 import pytest
 
-from router.engine import Engine, EngineConfig
-from router.records import LinkIdentity, outgoing_tag
-from router.status import READ_DEADLINE
+from router.core.engine import Engine, EngineConfig
+from router.core.records import LinkIdentity, outgoing_tag
+from router.runtime.status import READ_DEADLINE
 from tests.harness import (
     EXACTMESH,
     ROOT,

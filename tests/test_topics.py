@@ -1,4 +1,4 @@
-"""Tests for router.topics: validation, MQTT matching semantics and the subscription index."""
+"""Tests for router.core.topics: validation, MQTT matching semantics, the subscription index."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from router.topics import (
+from router.core.topics import (
     MAX_TOPIC_BYTES,
     SubscriptionIndex,
     TopicError,

@@ -42,9 +42,9 @@ import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from router.actions import Accepted, Decide, Forward, Rejected, Send, SettleCopy, Verdict
-from router.engine import DELIVERY_FAILED, Disposition
-from router.records import ALL
+from router.core.actions import Accepted, Decide, Forward, Rejected, Send, SettleCopy, Verdict
+from router.core.engine import DELIVERY_FAILED, Disposition
+from router.core.records import ALL
 
 if TYPE_CHECKING:
     from .world import PubClient, SimRouter, SubClient, World

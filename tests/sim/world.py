@@ -1,7 +1,8 @@
 """A whole exactmesh cluster in one process, on a simulated clock, reproducible from one seed.
 
 Each router is the real sans-IO pair, `Engine` + `MeshNode`, driven the way the runtime drives
-it (`router/node.py` `Node.flush`, `mesh/runtime.py`): engine actions in order, mesh actions to
+it (`router/runtime/node.py` `Node.flush`, `mesh/runtime.py`): engine actions in order, mesh
+actions to
 `MeshNode.apply`, the others to the simulated client that owns the link; then the frames the
 mesh node produced go to the network. Each router's timer fires at the earlier of
 `engine.next_deadline()` and `meshnode.next_deadline()` and calls both `tick`s.
@@ -58,7 +59,7 @@ from typing import Any
 
 from mesh.frames import FrameDecoder, FrameError, encode
 from mesh.meshnode import MeshNode
-from router.actions import (
+from router.core.actions import (
     MESH_ACTIONS,
     CloseLink,
     Credit,
@@ -68,9 +69,9 @@ from router.actions import (
     SettleCopy,
     Verdict,
 )
-from router.engine import Disposition, Engine, EngineConfig
-from router.records import ALL, SOME, LinkIdentity, outgoing_tag
-from router.topics import matches
+from router.core.engine import Disposition, Engine, EngineConfig
+from router.core.records import ALL, SOME, LinkIdentity, outgoing_tag
+from router.core.topics import matches
 
 from .checker import Checker, Msg, Violation
 
@@ -128,7 +129,7 @@ class Params:
     window: int = 8  # publisher window
     transfer_window: int = 4096  # MeshNode's reliable-transfer window (items in flight)
     max_attempts: int = 3
-    # Failover (router/failover.py). All off by default: such a run is the same as before.
+    # Failover (router/core/failover.py). All off by default: such a run is the same as before.
     survivors: float = 0.0  # share of subscribers that come back after losing their link
     pub_survivors: float = -1.0  # share of publishers that do (-1: the same as survivors)
     drop_client: int = 0  # client connections dropped (the router lives) during the workload

@@ -225,7 +225,7 @@ class Record:
         self.peers: dict[str, PeerPart] = {}  # by remote subscriber key (origin side only)
         self.told: set[str] = set()  # routers it was forwarded to: they hear the forget
         # Set while its publisher (or origin router) is gone: when it stops waiting for a
-        # resend (router/failover.py).
+        # resend (router/core/failover.py).
         self.orphan_until: float | None = None
         # At a destination, the mesh-wide outcome its origin told with the forget (its own
         # `outcome` is only this router's part of it): what its tombstone keeps.

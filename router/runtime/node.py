@@ -13,10 +13,10 @@ from typing import Any, Protocol
 
 import trio
 
-from . import accel
-from .actions import MESH_ACTIONS
-from .config import ListenError, RouterConfig
-from .engine import Engine, EngineConfig
+from router import accel
+from router.config import ListenError, RouterConfig
+from router.core.actions import MESH_ACTIONS
+from router.core.engine import Engine, EngineConfig
 
 log = logging.getLogger("exactmesh.router")
 

@@ -1,7 +1,7 @@
 """The delivery engine: exactly-once publish-subscribe on one router, as a sans-IO state machine.
 
 Events come in as method calls (a publisher attached, a message arrived, a subscriber accepted,
-time passed); effects go out as `router.actions` records, collected with `take_actions()`.
+time passed); effects go out as `router.core.actions` records, collected with `take_actions()`.
 Nothing here reads a clock or touches a socket: time arrives as the `now` argument, so a test or
 a simulator can drive many engines deterministically.
 

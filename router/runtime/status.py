@@ -32,9 +32,9 @@ from urllib.parse import unquote
 import h11
 import trio
 
-from .actions import Accepted, Outcome
-from .config import HostPort
-from .records import Record
+from router.config import HostPort
+from router.core.actions import Accepted, Outcome
+from router.core.records import Record
 
 if TYPE_CHECKING:
     from .node import Node
