@@ -24,6 +24,7 @@ from proton import (
     symbol,
 )
 
+from router.core import events as ev
 from router.core.actions import Accepted, CloseLink, Credit, Decide, Send, SettleCopy
 from router.core.engine import Disposition
 from router.core.records import ALL, MODES, LinkIdentity
@@ -103,6 +104,7 @@ class AmqpConnection:
         self._drain_check: set[LinkState] = set()
         self.on_output: Any = None  # set by the server: wakes the writer
         self.peer_eof = False  # set by the server when the client closed its socket
+        self._now = node.now()  # the clock, read once per batch of proton events
 
     # ------------------------------------------------------------------ events
 
@@ -110,6 +112,7 @@ class AmqpConnection:
         """Handle every event proton has for us, then apply the engine's actions."""
         coll = self._collector
         peek, pop, etype = pn.collector_peek, pn.collector_pop, pn.event_type
+        self._now = self.node.now()
         while True:
             ev = peek(coll)
             if not ev:
@@ -205,7 +208,8 @@ class AmqpConnection:
         ls = self._register(link, True, ident)
         ls.settle_first = link.remote_rcv_settle_mode != Link.RCV_SECOND
         ls.annotation = publisher_annotation(ident.key)
-        view = self.engine.attach_publisher(ls.id, ident, address, mode, resends)
+        view = self.engine.handle(
+            ev.PublisherAttached(self._now, ls.id, ident, address, mode, resends))
         if resends:
             link.properties = answer(view)
         link.open()
@@ -226,9 +230,9 @@ class AmqpConnection:
         link.snd_settle_mode = Link.SND_SETTLED if presettled else Link.SND_UNSETTLED
         warm_timeout = self._warm_timeout(source, link)
         ls = self._register(link, False, ident)
-        view = self.engine.attach_subscriber(
-            ls.id, ident, topic_filter, presettled=presettled, warm_timeout=warm_timeout,
-            gen=gen, declared=declared, now=self.node.now())
+        view = self.engine.handle(ev.SubscriberAttached(
+            self._now, ls.id, ident, topic_filter, presettled=presettled,
+            warm_timeout=warm_timeout, gen=gen, declared=declared))
         if declared or gen:
             link.properties = answer(view)
         link.open()
@@ -278,9 +282,9 @@ class AmqpConnection:
         if ls.is_publisher:
             for d in ls.deliveries.values():
                 self.incoming.pop(d, None)
-            self.engine.detach_publisher(ls.id, final=final, now=self.node.now())
+            self.engine.handle(ev.PublisherDetached(self.node.now(), ls.id, final))
         else:
-            self.engine.detach_subscriber(ls.id, final=final, now=self.node.now())
+            self.engine.handle(ev.SubscriberDetached(self.node.now(), ls.id, final))
         ls.deliveries.clear()
         self._drain_check.discard(ls)
 
@@ -303,7 +307,7 @@ class AmqpConnection:
                 del self.incoming[d]
                 ls.deliveries.pop(known[1], None)
                 pn.settle(d)
-                self.engine.publisher_settled(ls.id, known[1])
+                self.engine.handle(ev.PublisherSettled(self._now, ls.id, known[1]))
             return
         if d != pn.link_current(link):
             return  # an update to a delivery we already dealt with (refused, aborted)
@@ -334,12 +338,13 @@ class AmqpConnection:
             # Logged like every other refusal, so that an operator can see who sends what.
             log.warning("connection %s: rejected a message from %s: not well-formed AMQP: %s",
                         self.peer, ls.label, err)
-            self.engine.refuse_message(ls.id, tag, DECODE_ERROR,
-                                       f"message is not well-formed AMQP: {err}", settled=settled)
+            self.engine.handle(ev.MessageRefused(
+                self._now, ls.id, tag, DECODE_ERROR, f"message is not well-formed AMQP: {err}",
+                settled))
             return
         payload = annotate(payload, info, ls.annotation)
-        self.engine.message(ls.id, tag, payload, settled=settled, mode=info.delivery_mode,
-                            ttl_ms=info.ttl_ms, now=self.node.now())
+        self.engine.handle(ev.MessageArrived(self._now, ls.id, tag, payload, settled,
+                                             info.delivery_mode, info.ttl_ms))
 
     def _on_subscriber_disposition(self, ls: LinkState, d: Any) -> None:
         state = pn.remote_state(d)
@@ -357,13 +362,13 @@ class AmqpConnection:
             # Settle our side before the engine answers: a redelivery reuses the tag.
             ls.deliveries.pop(tag, None)
             pn.settle(d)
-        self.engine.copy_outcome(ls.id, tag, disposition, settled=settled, error=error)
+        self.engine.handle(ev.CopyOutcome(self._now, ls.id, tag, disposition, settled, error))
 
     def _on_flow(self, link: Any) -> None:
         ls = self.links.get(link)
         if ls is None or ls.is_publisher:
             return
-        self.engine.subscriber_credit(ls.id, pn.link_credit(link))
+        self.engine.handle(ev.SubscriberCredit(self._now, ls.id, pn.link_credit(link)))
         if pn.link_drain(link):
             self._drain_check.add(ls)
 
@@ -374,7 +379,8 @@ class AmqpConnection:
         for ls in list(self._drain_check):
             if not self.engine.has_queued(ls.id):
                 pn.link_drained(ls.ptr)
-                self.engine.subscriber_credit(ls.id, pn.link_credit(ls.ptr))
+                self.engine.handle(
+                    ev.SubscriberCredit(self._now, ls.id, pn.link_credit(ls.ptr)))
                 self._drain_check.discard(ls)
 
     # ------------------------------------------------------------------ actions
@@ -404,7 +410,7 @@ class AmqpConnection:
                     del ls.deliveries[action.tag]
                     self.incoming.pop(d, None)
                     pn.settle(d)
-                    self.engine.publisher_settled(ls.id, action.tag)
+                    self.engine.handle(ev.PublisherSettled(self._now, ls.id, action.tag))
         elif kind is Credit:
             pn.link_flow(ls.ptr, action.amount)
         elif kind is CloseLink:

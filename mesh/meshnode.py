@@ -14,6 +14,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
+from router.core import events as ev
 from router.core.actions import Forget, Forward, MeshAction, Subscribed, Verdict
 from router.core.engine import Engine
 
@@ -164,13 +165,14 @@ class MeshNode:
             if isinstance(change, RouterRestarted):
                 self._saw_incarnation(change.router, change.inc)
             elif change.kind == "added":
-                engine.remote_subscriber_added(change.sub.router, change.sub.key,
-                                               change.sub.filter, change.sub.gen,
-                                               change.sub.timeout)
+                engine.handle(ev.RemoteSubscriberAdded(
+                    self._now, change.sub.router, change.sub.key, change.sub.filter,
+                    change.sub.gen, change.sub.timeout))
                 log.debug("router %s: knows subscriber %s@%s (filter %s)", self.me,
                           change.sub.key, change.sub.router, change.sub.filter)
             else:
-                engine.remote_subscriber_removed(change.sub.router, change.sub.key)
+                engine.handle(
+                    ev.RemoteSubscriberRemoved(self._now, change.sub.router, change.sub.key))
                 log.debug("router %s: forgot subscriber %s@%s", self.me, change.sub.key,
                           change.sub.router)
 
@@ -191,8 +193,8 @@ class MeshNode:
         self._owed_forgets.pop(router, None)  # its records died with it
         self._owed_verdicts.pop(router, None)  # and so did its publishers
         self.transfer.reset_destination(router, inc)
-        self.engine.peer_lost(router, f"was on router {router}, which restarted",
-                              restarted=True, now=self._now)
+        self.engine.handle(ev.PeerLost(self._now, router,
+                                       f"was on router {router}, which restarted", True))
         if router in self._reached:  # back before we noticed it was gone: it knows nothing
             self._send_retained_to(router, self._now)
 
@@ -233,13 +235,13 @@ class MeshNode:
                 self._consume(src, sub_item, now)
         elif kind == MSG:
             _, msg_id, address, payload, mode, ttl_ms, _publisher, owed, resend = item
-            engine.remote_message(src, msg_id, address, payload, owed=owed.get(self.me, []),
-                                  mode=mode, ttl_ms=ttl_ms, now=now, resend=resend)
+            engine.handle(ev.RemoteMessage(now, src, msg_id, address, payload,
+                                           owed.get(self.me, []), mode, ttl_ms, resend))
         elif kind == VERDICT:
             _, msg_id, accepted, status, keys = item
-            engine.peer_verdict(src, msg_id, accepted, status, keys)
+            engine.handle(ev.PeerVerdict(now, src, msg_id, accepted, status, keys))
         elif kind == FORGET:
-            engine.remote_forget(src, item[1], item[2] if len(item) > 2 else None)
+            engine.handle(ev.RemoteForget(now, src, item[1], item[2] if len(item) > 2 else None))
         elif kind == RETAIN and self.on_retained is not None:
             self.on_retained(src, item)
 
@@ -266,7 +268,7 @@ class MeshNode:
             self._transmit(routers, item, now)
             for r in action.owed:
                 if r in self._given_up:  # still away: its part fails at once
-                    self.engine.peer_lost(r, self._given_up[r], now=now)
+                    self.engine.handle(ev.PeerLost(now, r, self._given_up[r]))
         elif isinstance(action, Verdict):
             item = [VERDICT, action.msg_id, action.accepted, action.status, action.keys]
             if action.origin in self._given_up:
@@ -361,7 +363,7 @@ class MeshNode:
                 owed.add(item[1])
             elif item[0] == VERDICT:  # its publisher may still be waiting for this
                 verdicts.append(item)
-        self.engine.peer_lost(router, reason, now=self._now)
+        self.engine.handle(ev.PeerLost(self._now, router, reason))
 
     def _welcome_back(self, router: str, now: float) -> None:
         """A given-up router is reachable again with the same incarnation: its channel resumes

@@ -32,6 +32,7 @@ import struct
 from collections import deque
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from router.core import events as ev
 from router.core.actions import Accepted, CloseLink, Credit, Decide, Send, SettleCopy
 from router.core.engine import NO_SUBSCRIBERS, Disposition
 from router.core.failover import LINK_STOLEN
@@ -178,7 +179,8 @@ class WillSender:
         self.link = link = node.new_link_id()
         self.pub = PubLink(link)
         node.register_link(link, self, self.pub)
-        engine.attach_publisher(link, LinkIdentity(client_id, WILL_LINK), "mqtt", ALL)
+        engine.handle(ev.PublisherAttached(node.now(), link, LinkIdentity(client_id, WILL_LINK),
+                                           "mqtt", ALL))
         if will.retain:
             retained.retain(node, will.topic, will.payload, will.qos, will.properties)
         props = will.properties
@@ -186,9 +188,10 @@ class WillSender:
         payload = mapping.encode(will.topic, will.payload, will.qos, props, client_id)
         log.info("mqtt client %r: publishing its will message (topic %r, QoS %d)",
                  client_id, will.topic, will.qos)
-        engine.message(link, b"will:%d" % WillSender._seq, payload, settled=will.qos == 0,
-                       ttl_ms=expiry * 1000 if expiry else None, now=node.now(),
-                       address=will.topic)
+        engine.handle(ev.MessageArrived(node.now(), link, b"will:%d" % WillSender._seq, payload,
+                                        settled=will.qos == 0,
+                                        ttl_ms=expiry * 1000 if expiry else None,
+                                        address=will.topic))
         if will.qos == 0:
             self._done()
 
@@ -197,14 +200,14 @@ class WillSender:
             return
         self.pub = None  # type: ignore[assignment]
         self.node.forget_link(self.link)
-        self.node.engine.detach_publisher(self.link, final=True, now=self.node.now())
+        self.node.engine.handle(ev.PublisherDetached(self.node.now(), self.link, True))
 
     def apply(self, ls: Any, action: Any) -> None:
         kind = type(action)
         if kind is Decide:
             if type(action.outcome) is not Accepted:
                 log.warning("mqtt will message (link %d): %s", self.link, action.outcome)
-            self.node.engine.publisher_settled(self.link, action.tag)
+            self.node.engine.handle(ev.PublisherSettled(self.node.now(), self.link, action.tag))
             self._done()
         elif kind is CloseLink:
             self._done()
@@ -445,8 +448,8 @@ class MqttConnection:
         link_id = self.node.new_link_id()
         self.pub = PubLink(link_id)
         self.node.register_link(link_id, self, self.pub)
-        self.engine.attach_publisher(link_id, LinkIdentity(client_id, PUBLISHER_LINK),
-                                     "mqtt", ALL)
+        self.engine.handle(ev.PublisherAttached(
+            self._now, link_id, LinkIdentity(client_id, PUBLISHER_LINK), "mqtt", ALL))
         for topic_filter, qos in session.subs.items():
             self._attach(topic_filter, qos)
         # Resend what the client had not completed (MQTT 5.0 section 4.4): PUBRELs now;
@@ -474,9 +477,10 @@ class MqttConnection:
         for topic_filter in list(subs if subs is not None else session.subs):
             link_id = self.node.new_link_id()
             ident = LinkIdentity(session.client_id, SUBSCRIBER_PREFIX + topic_filter)
-            self.engine.attach_subscriber(link_id, ident, topic_filter, now=self.node.now(),
-                                          gen=self._next_gen(ident.key, 0))
-            self.engine.detach_subscriber(link_id, final=True, now=self.node.now())
+            now = self.node.now()
+            self.engine.handle(ev.SubscriberAttached(now, link_id, ident, topic_filter,
+                                                     gen=self._next_gen(ident.key, 0)))
+            self.engine.handle(ev.SubscriberDetached(now, link_id, True))
         session.subs.clear()
 
     # The granted QoS of a subscription travels in mesh gossip as its attach generation
@@ -485,25 +489,18 @@ class MqttConnection:
 
     def _next_gen(self, key: str, qos: int) -> int:
         """An attach generation newer than any the mesh knows for `key`, carrying `qos`."""
-        return (self.engine._known_gen(key) // 4 + 1) * 4 + qos
+        return (self.engine.known_gen(key) // 4 + 1) * 4 + qos
 
     def _mesh_session(self, client_id: str) -> dict[str, int]:
         """Topic filter -> granted QoS of `client_id`'s subscriptions that the mesh places at
         another router, or that are away from a lost router (warm ones, waiting to reattach):
         its persistent session lives elsewhere. Scans the engine's view of remote
         subscribers (a CONNECT costs O(remote subscribers))."""
-        eng = self.engine
-        me = eng.config.router_id
         prefix = client_id + "/" + SUBSCRIBER_PREFIX
         found: dict[str, int] = {}
-        for key, (gen, router) in eng._where.items():
-            if router != me and key.startswith(prefix):
-                meta = eng._remote_meta.get(key)
-                if meta is not None and meta[1] and key == prefix + meta[0]:
-                    found[meta[0]] = gen % 4
-        for key, away in eng._away.items():
-            if away.timeout and key == prefix + away.filter:
-                found[away.filter] = away.gen % 4
+        for key, topic_filter, gen in self.engine.warm_elsewhere(prefix):
+            if key == prefix + topic_filter:
+                found[topic_filter] = gen % 4
         return {f: q if q <= 2 else 2 for f, q in found.items()}
 
     # ---------------------------------------------------------------- PUBLISH in
@@ -547,9 +544,8 @@ class MqttConnection:
         payload = mapping.encode(p.topic, p.payload, qos, props, self.client_id)
         if qos:
             self.awaiting[tag] = (p.packet_id, qos)  # type: ignore[assignment]
-        self.engine.message(pub.id, tag, payload, settled=qos == 0,
-                            ttl_ms=expiry * 1000 if expiry else None, now=self._now,
-                            address=p.topic, resend=p.dup)
+        self.engine.handle(ev.MessageArrived(self._now, pub.id, tag, payload, qos == 0, None,
+                                             expiry * 1000 if expiry else None, p.topic, p.dup))
 
     def _drain_held(self) -> None:
         self._now = self.node.now()  # outside `receive`: the clock has moved on
@@ -588,7 +584,8 @@ class MqttConnection:
                 self._send(PubAck(pid, code, props))
             else:
                 self.out += _PACK_ACK(_PUBACK, 2, pid)
-            self.engine.publisher_settled(self.pub.id, tag)  # type: ignore[union-attr]
+            self.engine.handle(ev.PublisherSettled(
+                self._now, self.pub.id, tag))  # type: ignore[union-attr]
         else:
             if code or props:
                 self._send(PubRec(pid, code, props))
@@ -597,7 +594,8 @@ class MqttConnection:
             if code < 0x80:
                 self.session.in_rec[pid] = code
             else:  # a failed QoS 2 exchange ends with the PUBREC (5.0 section 4.3.3)
-                self.engine.publisher_settled(self.pub.id, tag)  # type: ignore[union-attr]
+                self.engine.handle(ev.PublisherSettled(
+                self._now, self.pub.id, tag))  # type: ignore[union-attr]
 
     def _on_pubrel(self, p: PubRel) -> None:
         self._pubrel(p.packet_id)
@@ -611,7 +609,7 @@ class MqttConnection:
             self._send(PubComp(pid, rc))
             return
         if self.pub is not None:
-            self.engine.publisher_settled(self.pub.id, pid.to_bytes(2, "big"))
+            self.engine.handle(ev.PublisherSettled(self._now, self.pub.id, pid.to_bytes(2, "big")))
         self.out += _PACK_ACK(_PUBCOMP, 2, pid)
 
     # ---------------------------------------------------------------- SUBSCRIBE
@@ -681,18 +679,19 @@ class MqttConnection:
         warm = self.session.expiry if self.session.persistent else None
         if warm is not None and warm >= NEVER_EXPIRES:
             warm = float(NEVER_EXPIRES)
-        self.engine.attach_subscriber(
-            link_id, LinkIdentity(self.client_id, SUBSCRIBER_PREFIX + topic_filter),
-            topic_filter, presettled=qos == 0, warm_timeout=warm, now=self.node.now(),
-            gen=self._next_gen(f"{self.client_id}/{SUBSCRIBER_PREFIX}{topic_filter}", qos))
+        self.engine.handle(ev.SubscriberAttached(
+            self.node.now(), link_id,
+            LinkIdentity(self.client_id, SUBSCRIBER_PREFIX + topic_filter), topic_filter,
+            presettled=qos == 0, warm_timeout=warm,
+            gen=self._next_gen(f"{self.client_id}/{SUBSCRIBER_PREFIX}{topic_filter}", qos)))
         if qos == 0:
             sl.q0_left = QOS0_CREDIT
-            self.engine.subscriber_credit(link_id, QOS0_CREDIT)
+            self.engine.handle(ev.SubscriberCredit(self._now, link_id, QOS0_CREDIT))
 
     def _detach(self, sl: SubLink, final: bool) -> None:
         self.subs.pop(sl.filter, None)
         self.node.forget_link(sl.id)
-        self.engine.detach_subscriber(sl.id, final=final, now=self.node.now())
+        self.engine.handle(ev.SubscriberDetached(self.node.now(), sl.id, final))
         if self.backlog:
             self.backlog = deque(e for e in self.backlog if e[0] is not sl)
 
@@ -721,7 +720,7 @@ class MqttConnection:
         room = max(0, self._window())
         for sl in list(self.subs.values()):
             if sl.qos:
-                self.engine.subscriber_credit(sl.id, room)
+                self.engine.handle(ev.SubscriberCredit(self._now, sl.id, room))
 
     def _on_send(self, sl: SubLink, action: Send) -> None:
         if action.settled:
@@ -729,7 +728,7 @@ class MqttConnection:
             sl.q0_left -= 1
             if sl.q0_left < QOS0_CREDIT // 2 and len(self.out) < OUTPUT_HIGH:
                 sl.q0_left = QOS0_CREDIT
-                self.engine.subscriber_credit(sl.id, QOS0_CREDIT)
+                self.engine.handle(ev.SubscriberCredit(self._now, sl.id, QOS0_CREDIT))
             return
         if self.backlog or self._window() <= 0:
             self.backlog.append((sl, action))
@@ -782,15 +781,16 @@ class MqttConnection:
             return 0
         self.out += raw
         if qos == 0 and not action.settled:  # published at QoS 0 by an AMQP client
-            self.engine.copy_outcome(sl.id, action.tag, Disposition.ACCEPTED, settled=True)
+            self.engine.handle(
+                ev.CopyOutcome(self._now, sl.id, action.tag, Disposition.ACCEPTED, True))
         return qos
 
     def _fail_copy(self, sl: SubLink, action: Send, why: str) -> None:
         log.warning("mqtt client %r: a message for subscription %r %s", self.client_id,
                     sl.filter, why)
         if not action.settled:
-            self.engine.copy_outcome(sl.id, action.tag, Disposition.UNDELIVERABLE,
-                                     settled=True, error=why)
+            self.engine.handle(ev.CopyOutcome(self._now, sl.id, action.tag,
+                                              Disposition.UNDELIVERABLE, True, why))
 
     def _out_done(self, pid: int) -> tuple[SubLink | None, bytes] | None:
         session = self.session
@@ -850,12 +850,13 @@ class MqttConnection:
 
     def _answer(self, sl: SubLink, tag: bytes, code: int, props: Properties) -> None:
         if code < 0x80:
-            self.engine.copy_outcome(sl.id, tag, Disposition.ACCEPTED, settled=True)
+            self.engine.handle(ev.CopyOutcome(self._now, sl.id, tag, Disposition.ACCEPTED, True))
         else:
             why = f"MQTT reason code 0x{code:02X} {reason_name(code)}"
             if props.reason_string:
                 why += f": {props.reason_string}"
-            self.engine.copy_outcome(sl.id, tag, Disposition.REJECTED, settled=True, error=why)
+            self.engine.handle(
+                ev.CopyOutcome(self._now, sl.id, tag, Disposition.REJECTED, True, why))
 
     def _freed(self) -> None:
         """A packet id came free: send what waited for the window; the subscriptions get
@@ -877,7 +878,7 @@ class MqttConnection:
         for sl in self.subs.values():
             if sl.qos == 0 and sl.q0_left < QOS0_CREDIT // 2:
                 sl.q0_left = QOS0_CREDIT
-                self.engine.subscriber_credit(sl.id, QOS0_CREDIT)
+                self.engine.handle(ev.SubscriberCredit(self._now, sl.id, QOS0_CREDIT))
                 topped = True
         if topped:
             self.node.flush()
@@ -990,11 +991,13 @@ class MqttConnection:
             pub, self.pub = self.pub, None
             if s is not None:
                 for pid in list(s.in_rec):  # PUBREC sent: the outcome was given, settle
-                    self.engine.publisher_settled(pub.id, pid.to_bytes(2, "big"))
+                    self.engine.handle(
+                        ev.PublisherSettled(self._now, pub.id, pid.to_bytes(2, "big")))
                 if not persistent:
                     s.in_rec.clear()
             self.node.forget_link(pub.id)
-            self.engine.detach_publisher(pub.id, final=not persistent, now=self.node.now())
+            self.engine.handle(
+                ev.PublisherDetached(self.node.now(), pub.id, not persistent))
         for sl in list(self.subs.values()):
             self._detach(sl, final=not persistent)
         self.backlog.clear()

@@ -32,9 +32,10 @@ from router.core.actions import (
     SettleCopy,
     Subscribed,
 )
-from router.core.engine import Disposition, Engine, EngineConfig
+from router.core.engine import Disposition, EngineConfig
 from router.core.records import ALL, SOME, LinkIdentity, outgoing_tag
 from router.core.topics import matches
+from tests.engine_driver import EngineDriver
 
 TOPICS = ["a", "a/b", "b"]
 FILTERS = ["a", "a/#", "+", "#", "a/+", "b", "c"]
@@ -82,7 +83,7 @@ class PubModel:
 class EngineMachine(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
-        self.engine = Engine(
+        self.engine = EngineDriver(
             EngineConfig(router_id="R", publisher_window=WINDOW, max_delivery_attempts=MAX_ATTEMPTS)
         )
         self.now = 0.0

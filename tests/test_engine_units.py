@@ -3,18 +3,19 @@
 from __future__ import annotations
 
 from router.core.actions import ACCEPTED, Decide, Send
-from router.core.engine import Disposition, Engine, EngineConfig
+from router.core.engine import Disposition, EngineConfig
 from router.core.records import SOME, LinkIdentity, outgoing_tag
+from tests.engine_driver import EngineDriver
 
 
-def sends(engine: Engine) -> list[Send]:
+def sends(engine: EngineDriver) -> list[Send]:
     return [a for a in engine.take_actions() if isinstance(a, Send)]
 
 
 def test_a_reused_tag_while_the_older_message_is_still_owed_gets_a_distinct_tag() -> None:
     """AMQP lets a publisher reuse a tag once it settled. In mode `some` the older message is
     still owed to a slow subscriber then: the two must not share a tag on its link."""
-    e = Engine(EngineConfig(router_id="A"))
+    e = EngineDriver(EngineConfig(router_id="A"))
     e.attach_subscriber(1, LinkIdentity("c", "fast"), "t")
     e.attach_subscriber(2, LinkIdentity("c", "slow"), "t")
     e.subscriber_credit(1, 10)
@@ -42,8 +43,8 @@ def test_a_reused_tag_while_the_older_message_is_still_owed_gets_a_distinct_tag(
     assert not e.records
 
 
-def warm_setup() -> Engine:
-    e = Engine(EngineConfig(router_id="A", reconnect_timeout=30.0))
+def warm_setup() -> EngineDriver:
+    e = EngineDriver(EngineConfig(router_id="A", reconnect_timeout=30.0))
     e.attach_subscriber(1, LinkIdentity("app", "warm"), "t", warm_timeout=5.0)
     e.subscriber_credit(1, 10)
     e.attach_publisher(9, LinkIdentity("c", "pub"), "t", "all")

@@ -18,8 +18,9 @@ from router.core.actions import (
     Subscribed,
     Verdict,
 )
-from router.core.engine import Disposition, Engine, EngineConfig
+from router.core.engine import Disposition, EngineConfig
 from router.core.records import LinkIdentity, outgoing_tag
+from tests.engine_driver import EngineDriver
 
 PUB = LinkIdentity("shop", "pub/shop")
 SUB = LinkIdentity("billing", "sub/billing")
@@ -30,14 +31,15 @@ class Wire:
 
     def __init__(self, *ids: str, **config: float) -> None:
         self.engines = {
-            r: Engine(EngineConfig(router_id=r, reconnect_timeout=config.get("reconnect", 30.0),
-                                   resume_timeout=config.get("resume", 5.0)))
+            r: EngineDriver(EngineConfig(
+                router_id=r, reconnect_timeout=config.get("reconnect", 30.0),
+                resume_timeout=config.get("resume", 5.0)))
             for r in ids
         }
         self.client: dict[str, list] = {r: [] for r in ids}
         self.dead: set[str] = set()
 
-    def __getitem__(self, r: str) -> Engine:
+    def __getitem__(self, r: str) -> EngineDriver:
         return self.engines[r]
 
     def pump(self, now: float = 0.0) -> None:

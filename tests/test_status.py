@@ -16,9 +16,10 @@ from typing import Any
 
 import pytest
 
-from router.core.engine import Engine, EngineConfig
+from router.core.engine import EngineConfig
 from router.core.records import LinkIdentity, outgoing_tag
 from router.runtime.status import READ_DEADLINE
+from tests.engine_driver import EngineDriver
 from tests.harness import (
     EXACTMESH,
     ROOT,
@@ -277,7 +278,7 @@ def test_origin_router_lists_a_held_subscriber_on_another_router_as_pending() ->
 def test_engine_finds_records_by_id_when_a_tag_is_reused() -> None:
     """A tag reused while an earlier message with it is still queued gives the newer message
     an id of its own (the tag its subscribers see), so both can be asked for."""
-    eng = Engine(EngineConfig(router_id="A"))
+    eng = EngineDriver(EngineConfig(router_id="A"))
     ident = LinkIdentity("c", "p")
     did = outgoing_tag("c", "p", b"x").decode()
     eng.attach_publisher(1, ident, "t", "all")

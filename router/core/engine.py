@@ -1,9 +1,12 @@
 """The delivery engine: exactly-once publish-subscribe on one router, as a sans-IO state machine.
 
-Events come in as method calls (a publisher attached, a message arrived, a subscriber accepted,
-time passed); effects go out as `router.core.actions` records, collected with `take_actions()`.
-Nothing here reads a clock or touches a socket: time arrives as the `now` argument, so a test or
-a simulator can drive many engines deterministically.
+Events come in through one entry point, `Engine.handle(event)`, as the typed objects of
+`router.core.events` (a publisher attached, a message arrived, a subscriber accepted, time
+passed), each stamped with its time; effects go out as `router.core.actions` records, collected
+with `take_actions()`. Nothing here reads a clock or touches a socket, so a test or a simulator
+can drive many engines deterministically. Every state change of a copy or a peer part, and the
+counters they keep, happens in `router.core.transitions`; `router.core.invariants` checks
+them after every event when `EngineConfig.check_invariants` is on (the simulator turns it on).
 
 The rule it keeps (seed 004): a publisher's delivery is accepted only when every subscriber
 whose filter matched when the message arrived has accepted it (mode `all`), or when one has
@@ -19,6 +22,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, Final
 
+from . import invariants
 from .actions import (
     ACCEPTED,
     CloseLink,
@@ -34,6 +38,25 @@ from .actions import (
     Subscribed,
     Verdict,
 )
+from .events import (
+    CopyOutcome,
+    Event,
+    MessageArrived,
+    MessageRefused,
+    PeerLost,
+    PeerVerdict,
+    PublisherAttached,
+    PublisherDetached,
+    PublisherSettled,
+    RemoteForget,
+    RemoteMessage,
+    RemoteSubscriberAdded,
+    RemoteSubscriberRemoved,
+    SubscriberAttached,
+    SubscriberCredit,
+    SubscriberDetached,
+    TimePassed,
+)
 from .failover import FailoverMixin
 from .records import (
     ALL,
@@ -42,13 +65,13 @@ from .records import (
     CopyState,
     LinkIdentity,
     PartState,
-    PeerPart,
     Publisher,
     Record,
     Subscriber,
     outgoing_tag,
 )
 from .topics import SubscriptionIndex
+from .transitions import Step, add_copy, add_part, move_copy, move_part
 
 QUEUED, SENT, ACCEPTED_STATE, FAILED, WITHDRAWN = (
     CopyState.QUEUED,
@@ -83,6 +106,9 @@ class EngineConfig:
     # How long a resumed subscriber's placeholders hold back newer messages (seconds).
     resume_timeout: float = 5.0
     tombstones: int = 65536  # outcomes of forgotten deliveries kept for resends
+    # Check router/core/invariants.py after every event (the simulator does; it walks every
+    # record, so a router under load does not).
+    check_invariants: bool = False
 
 
 @dataclass(slots=True)
@@ -123,7 +149,67 @@ class Engine(FailoverMixin):
         self._actions: list[EngineAction] = []
         self._seq = 0
         self._expiry: list[tuple[float, int]] = []  # heap of (deadline, record seq)
+        self._now = 0.0  # the latest event's time: the engine's clock never runs backwards
+        self._new_deadline: float | None = None  # see take_new_deadline
         self._init_failover()
+
+    # ------------------------------------------------------------------ the entry point
+
+    def handle(self, event: Event) -> Any:
+        """Take one event; its effects are in `take_actions()` afterwards. An attach returns
+        the router's view for the attach reply (see `_attach_publisher`, `_attach_subscriber`);
+        every other event returns None. The most frequent events are tested first."""
+        if event.now > self._now:
+            self._now = event.now
+        result: Any = None
+        if isinstance(event, MessageArrived):
+            self._message(event)
+        elif isinstance(event, CopyOutcome):
+            self._copy_outcome(event.link, event.tag, event.disposition, event.settled,
+                               event.error)
+        elif isinstance(event, PublisherSettled):
+            self._publisher_settled(event.link, event.tag)
+        elif isinstance(event, SubscriberCredit):
+            self._subscriber_credit(event.link, event.credit)
+        elif isinstance(event, RemoteMessage):
+            self._remote_message(event)
+        elif isinstance(event, PeerVerdict):
+            self._peer_verdict(event.router, event.msg_id, event.accepted, event.status,
+                               event.keys)
+        elif isinstance(event, RemoteForget):
+            self._remote_forget(event.origin, event.msg_id, event.accepted)
+        elif isinstance(event, TimePassed):
+            self._tick(self._now)
+        else:
+            result = self._handle_rare(event)
+        if self.config.check_invariants:
+            invariants.check(self, isinstance(event, TimePassed))
+        return result
+
+    def _handle_rare(self, event: Event) -> Any:
+        """Attaches, detaches, gossip and lost routers: events that do not come per message."""
+        if isinstance(event, PublisherAttached):
+            return self._attach_publisher(event.link, event.ident, event.address, event.mode,
+                                          event.resends)
+        if isinstance(event, PublisherDetached):
+            self._detach_publisher(event.link, event.final)
+        elif isinstance(event, SubscriberAttached):
+            return self._attach_subscriber(event)
+        elif isinstance(event, SubscriberDetached):
+            self._detach_subscriber(event.link, event.final)
+        elif isinstance(event, MessageRefused):
+            self._refuse_message(event.link, event.tag, event.condition, event.description,
+                                 event.settled)
+        elif isinstance(event, RemoteSubscriberAdded):
+            self._remote_subscriber_added(event.router, event.key, event.topic_filter,
+                                          event.gen, event.timeout)
+        elif isinstance(event, RemoteSubscriberRemoved):
+            self._remote_subscriber_removed(event.router, event.key)
+        elif isinstance(event, PeerLost):
+            self._peer_lost(event.router, event.reason, event.restarted)
+        else:
+            raise TypeError(f"the engine has no handler for {type(event).__name__}")
+        return None
 
     # ------------------------------------------------------------------ plumbing
 
@@ -133,7 +219,7 @@ class Engine(FailoverMixin):
         return actions
 
     def next_deadline(self) -> float | None:
-        """When `tick` next has work to do (a message's ttl runs out), or None."""
+        """When a `TimePassed` next has work to do (a message's ttl runs out), or None."""
         heap = self._expiry
         while heap and heap[0][1] not in self.records:
             heapq.heappop(heap)
@@ -142,6 +228,21 @@ class Engine(FailoverMixin):
             heapq.heappop(warm)
         deadlines = [h[0][0] for h in (heap, warm) if h] + self._failover_deadlines()
         return min(deadlines) if deadlines else None
+
+    @property
+    def now(self) -> float:
+        """The engine's clock: the latest time an event carried."""
+        return self._now
+
+    def take_new_deadline(self) -> float | None:
+        """The earliest deadline set since the last call, if any: a runtime whose timer sleeps
+        until `next_deadline()` wakes it earlier for this one."""
+        deadline, self._new_deadline = self._new_deadline, None
+        return deadline
+
+    def _note_deadline(self, deadline: float) -> None:
+        if self._new_deadline is None or deadline < self._new_deadline:
+            self._new_deadline = deadline
 
     def find(self, delivery_id: str) -> Record | None:
         """A live record by its delivery id (the outgoing tag in hex); the newest if a reused
@@ -153,9 +254,9 @@ class Engine(FailoverMixin):
 
     # ------------------------------------------------------------------ links
 
-    def attach_publisher(
+    def _attach_publisher(
         self, link: int, ident: LinkIdentity, address: str, mode: str,
-        resends: list[bytes] | None = None,
+        resends: list[bytes] | None,
     ) -> dict[str, Any]:
         """A client attached a link to send to topic `address` (already validated).
         `resends` are the tags it declared unsettled (resume): it sends those again, and the
@@ -173,7 +274,7 @@ class Engine(FailoverMixin):
                  if outgoing_tag(ident.container, ident.name, t).decode() in self._by_id]
         return {"known": known}
 
-    def detach_publisher(self, link: int, *, final: bool = True, now: float = 0.0) -> None:
+    def _detach_publisher(self, link: int, final: bool) -> None:
         """The publisher's link is gone. Closed (`final`): nobody is left to tell an outcome
         to, so its undecided messages stop being tracked (as if it had settled them early).
         Lost (a dropped connection, a detach without close): they wait `reconnect-timeout`
@@ -181,7 +282,6 @@ class Engine(FailoverMixin):
         pub = self.publishers.pop(link, None)
         if pub is None:
             return
-        self._now = max(self._now, now)
         for rec in list(pub.records.values()):
             if final:
                 self._publisher_done(rec)
@@ -189,18 +289,7 @@ class Engine(FailoverMixin):
                 self._orphan(rec)
         pub.records.clear()
 
-    def attach_subscriber(
-        self,
-        link: int,
-        ident: LinkIdentity,
-        topic_filter: str,
-        presettled: bool = False,
-        warm_timeout: float | None = None,
-        *,
-        gen: int = 0,
-        declared: dict[str, str] | None = None,
-        now: float | None = None,
-    ) -> dict[str, Any]:
+    def _attach_subscriber(self, ev: SubscriberAttached) -> dict[str, Any]:
         """A client attached a link to receive messages matching `topic_filter`. It is owed
         every message that arrives from now on; nothing published before. With
         `warm_timeout` (a durable terminus) it stays subscribed that long when it goes away,
@@ -211,10 +300,10 @@ class Engine(FailoverMixin):
         `gen` is the attach generation the client declared (the newest attach of a key wins
         mesh-wide) and `declared` its unsettled deliveries, id -> "accepted" | "received"
         (docs/resume-protocol.md). Returns this router's view of those for the attach reply."""
-        if now is not None:
-            self._now = now
+        link, ident, topic_filter = ev.link, ev.ident, ev.topic_filter
+        presettled, warm_timeout, gen = ev.presettled, ev.warm_timeout, ev.gen
         label = ident.label(self.config.router_id)
-        gen = max(gen, self._known_gen(ident.key) + 1)
+        gen = max(gen, self.known_gen(ident.key) + 1)
         self._replace_subscriber(ident.key, label)
         warm = self._warm.pop(ident.key, None)
         if warm is not None and warm.filter == topic_filter:
@@ -233,11 +322,11 @@ class Engine(FailoverMixin):
             self._by_key[sub.key] = sub
             self._index.add(sub.sid, topic_filter)
         self._actions.append(Subscribed(sub.key, topic_filter, gen, warm_timeout or 0.0))
-        answer = self._resume(sub, declared or {})
+        answer = self._resume(sub, ev.declared or {})
         self._claim(sub)
         return answer
 
-    def detach_subscriber(self, link: int, *, final: bool = True, now: float = 0.0) -> None:
+    def _detach_subscriber(self, link: int, final: bool) -> None:
         """The subscriber's link is gone. `final` (it closed the link) ends the subscription:
         whatever it had not accepted fails, naming it. Otherwise (a detach without close, a
         lost connection) a warm subscriber stays subscribed until its timeout."""
@@ -245,7 +334,7 @@ class Engine(FailoverMixin):
         if sub is None:
             return
         if not final and sub.warm_timeout:
-            self._go_warm(sub, now)
+            self._go_warm(sub, self._now)
             return
         self._unsubscribe(sub, "detached before accepting it")
 
@@ -283,21 +372,22 @@ class Engine(FailoverMixin):
             if copy is None:
                 continue
             copy.sub_settled = True  # its link is gone: nothing to settle there any more
-            if copy.state == SENT:
-                copy.state = QUEUED  # in doubt: it may not have seen it, so it comes again
+            if copy.state == SENT:  # in doubt: it may not have seen it, so it comes again
+                move_copy(rec, copy, Step.REQUEUE)
             if copy.state == QUEUED:
                 waiting[rec.seq] = rec
         sub.inflight.clear()
         sub.queue = deque(waiting.values())
-        sub.warm_until = now + (sub.warm_timeout or self.config.reconnect_timeout)
-        heapq.heappush(self._warm_expiry, (sub.warm_until, sub.sid))
+        sub.warm_until = until = now + (sub.warm_timeout or self.config.reconnect_timeout)
+        heapq.heappush(self._warm_expiry, (until, sub.sid))
+        self._note_deadline(until)
         self._warm[sub.key] = sub
 
     def _expire_warm(self, sub: Subscriber, reason: str) -> None:
         self._warm.pop(sub.key, None)
         self._unsubscribe(sub, reason)
 
-    def subscriber_credit(self, link: int, credit: int) -> None:
+    def _subscriber_credit(self, link: int, credit: int) -> None:
         """The subscriber's link credit is now `credit` (as the edge reads it off the link)."""
         sub = self.subscribers.get(link)
         if sub is not None:
@@ -310,26 +400,14 @@ class Engine(FailoverMixin):
 
     # ------------------------------------------------------------------ other routers
 
-    def remote_message(
-        self,
-        origin: str,
-        msg_id: str,
-        address: str,
-        payload: bytes,
-        *,
-        owed: list[str],
-        mode: str,
-        ttl_ms: int | None,
-        now: float,
-        resend: bool = False,
-    ) -> None:
+    def _remote_message(self, ev: RemoteMessage) -> None:
         """A message from the origin router, owed to subscribers `owed` (keys) here. They get
         it if still attached; one that left meanwhile counts as failed, unless it moved to
         another router (its origin resends it there). A `resend` may find a record here
         already (from the old origin, or for other subscribers): it is added to, not
         delivered twice."""
-        self._now = now
-        if (origin, msg_id) in self._mesh_records or resend:
+        origin, msg_id, owed, ttl_ms = ev.origin, ev.msg_id, ev.owed, ev.ttl_ms
+        if (origin, msg_id) in self._mesh_records or ev.resend:
             owed = self._remote_resend(origin, msg_id, owed)
             if not owed:
                 return
@@ -343,14 +421,16 @@ class Engine(FailoverMixin):
                 self._decide(live)
             return
         self._seq += 1
-        expires = now + ttl_ms / 1000.0 if ttl_ms else None
-        rec = Record(self._seq, None, b"", msg_id.encode(), payload, mode if mode in MODES
-                     else ALL, False, expires, address=address, origin=origin)
+        expires = self._now + ttl_ms / 1000.0 if ttl_ms else None
+        mode = ev.mode if ev.mode in MODES else ALL
+        rec = Record(self._seq, None, b"", msg_id.encode(), ev.payload, mode, False, expires,
+                     address=ev.address, origin=origin)
         self.stats.received += 1
         self._track(rec)
         self._mesh_records[(origin, msg_id)] = rec
         if expires is not None:
             heapq.heappush(self._expiry, (expires, rec.seq))
+            self._note_deadline(expires)
         missing: list[str] = []
         matched: list[int] = []
         for key in owed:
@@ -367,18 +447,16 @@ class Engine(FailoverMixin):
             ghost = Subscriber(-1, LinkIdentity(*key.split("/", 1)) if "/" in key
                                else LinkIdentity(key, ""), "", f"{key}@{self.config.router_id}",
                                False)
-            copy = Copy(ghost)
-            rec.copies[-len(rec.copies) - 1] = copy
-            rec.pending += 1
+            copy = add_copy(rec, -len(rec.copies) - 1, ghost)
             self._fail(rec, copy, "was no longer attached when the message arrived")
             copy.sub_settled = True
         self._add_copies(rec, tuple(matched))
         self._decide(rec)
         self._maybe_forget(rec)
 
-    def peer_verdict(
+    def _peer_verdict(
         self, router: str, msg_id: str, accepted: bool, status: dict[str, Any],
-        keys: list[str] | None = None,
+        keys: list[str] | None,
     ) -> None:
         """A destination router's verdict on one of our messages, answering for the
         subscribers `keys` there (all we owe there if not given)."""
@@ -396,18 +474,17 @@ class Engine(FailoverMixin):
                 continue
             label = f"{key}@{router}"
             if (accepted and not status) or label in succeeded:
-                self._settle_part(rec, part, PartState.ACCEPTED)
+                move_part(rec, part, Step.ACCEPT)
             elif part.router != router:
                 continue  # it moved on from there: that router's failure is stale news
             elif label in failed:
-                self._settle_part(rec, part, PartState.FAILED, reasons.get(label, "failed"))
+                move_part(rec, part, Step.FAIL, reasons.get(label, "failed"))
             else:  # answered for, but named nowhere: it cannot be counted as accepted
-                self._settle_part(rec, part, PartState.FAILED,
-                                  f"got no outcome from router {router}")
+                move_part(rec, part, Step.FAIL, f"got no outcome from router {router}")
         self._decide(rec)
         self._maybe_forget(rec)
 
-    def remote_forget(self, origin: str, msg_id: str, accepted: bool | None = None) -> None:
+    def _remote_forget(self, origin: str, msg_id: str, accepted: bool | None) -> None:
         """The origin is done with its message: relay settlement here, and drop the record
         once the copies still owed are answered (like a local publisher's settlement).
         `accepted` is the mesh-wide outcome, if there was one."""
@@ -419,32 +496,9 @@ class Engine(FailoverMixin):
                     "comes from a record of its outcome, kept for resends)", {})
             self._publisher_done(rec)
 
-    def _settle_part(
-        self, rec: Record, part: PeerPart, state: PartState, reason: str = ""
-    ) -> None:
-        part.state = state
-        part.reason = reason
-        rec.pending -= 1
-        if state == PartState.ACCEPTED:
-            rec.accepted += 1
-        elif state == PartState.FAILED:
-            rec.failed += 1
-
     # ------------------------------------------------------------------ messages
 
-    def message(
-        self,
-        link: int,
-        tag: bytes,
-        payload: bytes,
-        *,
-        settled: bool = False,
-        mode: str | None = None,
-        ttl_ms: int | None = None,
-        now: float = 0.0,
-        address: str | None = None,
-        resend: bool = False,
-    ) -> None:
+    def _message(self, ev: MessageArrived) -> None:
         """A publisher's delivery arrived whole. `mode` is the per-message override
         (`x-opt-delivery-mode`), `ttl_ms` the header's time to live.
 
@@ -453,6 +507,7 @@ class Engine(FailoverMixin):
         resend of one the mesh already has (an MQTT PUBLISH with DUP=1): a live record of it
         is adopted, but it is never answered from a tombstone, since MQTT packet ids are
         reused and an old outcome for the same id may belong to another message."""
+        link, tag, payload, settled, ttl_ms = ev.link, ev.tag, ev.payload, ev.settled, ev.ttl_ms
         pub = self.publishers.get(link)
         if pub is None:
             return
@@ -472,8 +527,7 @@ class Engine(FailoverMixin):
                 )
             )
             return
-        self._now = now
-        declared, resend = resend, False
+        declared, resend = ev.resend, False
         if pub.resends and tag in pub.resends:
             pub.resends.discard(tag)
             if self._resend_from_publisher(pub, tag, ttl_ms, settled):
@@ -494,6 +548,7 @@ class Engine(FailoverMixin):
                     return
                 resend = True
         self.stats.received += 1
+        mode = ev.mode
         if mode not in MODES:
             mode = pub.mode
         seq = self._next_seq()
@@ -503,10 +558,10 @@ class Engine(FailoverMixin):
             # still owed to someone: both must stay distinct at subscribers and across the
             # mesh, so this one's tag is salted with its sequence number.
             out_tag = outgoing_tag(pub.ident.container, pub.ident.name, tag + b"#%d" % seq)
-        expires = now + ttl_ms / 1000.0 if ttl_ms else None
+        expires = self._now + ttl_ms / 1000.0 if ttl_ms else None
         rec = Record(seq, pub, tag, out_tag, payload, mode, settled, expires)
-        if address is not None:
-            rec.address = address
+        if ev.address is not None:
+            rec.address = ev.address
         matched = self._index.match(rec.address)
         if resend:
             remote = self._resend_matches(rec.address)
@@ -521,6 +576,7 @@ class Engine(FailoverMixin):
             pub.records[tag] = rec
         if expires is not None:
             heapq.heappush(self._expiry, (expires, seq))
+            self._note_deadline(expires)
         if remote:
             self._forward(rec, remote, ttl_ms, resend)
         self._add_copies(rec, matched)
@@ -540,8 +596,7 @@ class Engine(FailoverMixin):
             if sub.placeholders:
                 self._add_copy(rec, sub)
             else:
-                rec.copies[sid] = Copy(sub)
-                rec.pending += 1
+                add_copy(rec, sid, sub)
             sub.queue.append(rec)
         for sid in matched:
             self._pump(by_sid[sid])
@@ -550,14 +605,7 @@ class Engine(FailoverMixin):
 
     def _add_copy(self, rec: Record, sub: Subscriber) -> None:
         """A copy for `sub`; one it declared accepted on resume counts as accepted at once."""
-        copy = Copy(sub)
-        rec.copies[sub.sid] = copy
-        if sub.placeholders and self._fulfil(sub, rec):
-            copy.state = ACCEPTED_STATE
-            copy.sub_settled = True
-            rec.accepted += 1
-        else:
-            rec.pending += 1
+        add_copy(rec, sub.sid, sub, accepted=bool(sub.placeholders) and self._fulfil(sub, rec))
 
     def _forward(
         self, rec: Record, remote: tuple[tuple[str, str], ...], ttl_ms: int | None,
@@ -566,14 +614,12 @@ class Engine(FailoverMixin):
         """Owe the message to the remote subscribers we know of, grouped by their router. A
         warm subscriber away from a lost router is owed it too, and gets it when it is back."""
         owed: dict[str, list[str]] = {}
-        peers = rec.peers
         for router, key in remote:
             if router:
                 owed.setdefault(router, []).append(key)
-                peers[key] = PeerPart(router, key)
+                add_part(rec, key, router)
             else:  # away: named after the router it was lost with
-                peers[key] = PeerPart(None, key, self._away[key].router)
-        rec.pending += len(remote)
+                add_part(rec, key, None, self._away[key].router)
         rec.told.update(owed)
         self._mesh_records[(self.config.router_id, rec.id)] = rec
         if owed:
@@ -581,8 +627,8 @@ class Engine(FailoverMixin):
             self._actions.append(Forward(rec.id, owed, rec.address, rec.payload, rec.mode,
                                          ttl_ms, pub.label if pub is not None else "", resend))
 
-    def refuse_message(
-        self, link: int, tag: bytes, condition: str, description: str, *, settled: bool
+    def _refuse_message(
+        self, link: int, tag: bytes, condition: str, description: str, settled: bool
     ) -> None:
         """A publisher's delivery the edge could not make sense of (say, malformed): it is
         rejected at once and delivered to nobody, but it used credit like any other."""
@@ -598,8 +644,8 @@ class Engine(FailoverMixin):
         rec.id = f"refused-{self._seq}"
         self._hold_for_settlement(pub, rec, Rejected(condition, description, {}))
 
-    def copy_outcome(
-        self, link: int, tag: bytes, disposition: int, *, settled: bool, error: str = ""
+    def _copy_outcome(
+        self, link: int, tag: bytes, disposition: int, settled: bool, error: str
     ) -> None:
         """A subscriber gave an outcome for (or settled) copy `tag`. `error` is the
         subscriber's own description, passed on to the publisher when it rejected."""
@@ -617,9 +663,7 @@ class Engine(FailoverMixin):
                 del sub.inflight[tag]
             return
         if disposition == Disposition.ACCEPTED:
-            copy.state = ACCEPTED_STATE
-            rec.accepted += 1
-            rec.pending -= 1
+            move_copy(rec, copy, Step.ACCEPT)
             if settled:
                 del sub.inflight[tag]
         elif disposition in (Disposition.RELEASED, Disposition.MODIFIED):
@@ -627,7 +671,7 @@ class Engine(FailoverMixin):
             if copy.attempts >= self.config.max_delivery_attempts:
                 self._fail(rec, copy, f"released it {copy.attempts} times without accepting")
             else:
-                copy.state = QUEUED
+                move_copy(rec, copy, Step.REQUEUE)
                 sub.queue.appendleft(rec)  # a redelivery goes before anything newer
                 self._pump(sub)
         else:
@@ -640,7 +684,7 @@ class Engine(FailoverMixin):
         self._decide(rec)
         self._maybe_forget(rec)
 
-    def publisher_settled(self, link: int, tag: bytes) -> None:
+    def _publisher_settled(self, link: int, tag: bytes) -> None:
         """The publisher settled its delivery `tag`. After an outcome that is the normal end;
         before one it is the seed's DELETE: stop tracking the message."""
         pub = self.publishers.get(link)
@@ -650,7 +694,7 @@ class Engine(FailoverMixin):
         if rec is not None:
             self._publisher_done(rec)
 
-    def tick(self, now: float) -> None:
+    def _tick(self, now: float) -> None:
         """Time is now `now`: fail copies of messages whose ttl ran out, warm subscribers
         that did not come back, and whatever waited too long after a failure."""
         self._tick_failover(now)
@@ -692,28 +736,23 @@ class Engine(FailoverMixin):
             if rec.presettled or sub.presettled:
                 # At most once: nothing will come back for this copy.
                 actions.append(Send(link, rec.out_tag, rec.payload, attempt, True))
-                self._accepted_settled(rec, copy)
+                self._accepted_settled(rec, copy, Step.SEND_SETTLED)
             else:
-                copy.state = SENT
+                move_copy(rec, copy, Step.SEND)
                 copy.sub_settled = False  # a redelivery is a new transfer to settle
                 sub.inflight[rec.out_tag] = rec
                 actions.append(Send(link, rec.out_tag, rec.payload, attempt, False))
 
-    def _accepted_settled(self, rec: Record, copy: Copy) -> None:
+    def _accepted_settled(self, rec: Record, copy: Copy, step: Step) -> None:
         """A pending copy counts as accepted with nothing left to settle on the link (sent
         pre-settled, or declared accepted by a resuming subscriber)."""
-        copy.state = ACCEPTED_STATE
+        move_copy(rec, copy, step)
         copy.sub_settled = True
-        rec.accepted += 1
-        rec.pending -= 1
         self._decide(rec)
         self._maybe_forget(rec)
 
     def _fail(self, rec: Record, copy: Copy, reason: str) -> None:
-        copy.state = FAILED
-        copy.reason = reason
-        rec.failed += 1
-        rec.pending -= 1
+        move_copy(rec, copy, Step.FAIL, reason)
 
     def _settle_copy(self, sub: Subscriber, rec: Record, copy: Copy) -> None:
         """Settle the router's side of a sent copy, once."""
@@ -832,22 +871,19 @@ class Engine(FailoverMixin):
         sent are settled)."""
         withdrawn = [p for p in rec.peers.values() if p.state == PartState.PENDING]
         for part in withdrawn:
-            self._settle_part(rec, part, PartState.WITHDRAWN)
+            move_part(rec, part, Step.WITHDRAW)
         for copy in rec.copies.values():
-            if copy.state == QUEUED:
-                copy.state = WITHDRAWN
-                rec.pending -= 1
-            elif copy.state == SENT:
+            if copy.state == SENT:
                 self._settle_copy(copy.sub, rec, copy)
-                copy.state = WITHDRAWN
-                rec.pending -= 1
+            if copy.state == QUEUED or copy.state == SENT:
+                move_copy(rec, copy, Step.WITHDRAW)
 
     def _expire(self, rec: Record) -> None:
         self.stats.expired += 1
         for part in rec.peers.values():
             if part.state == PartState.PENDING:
                 why = f"did not accept it before its ttl ran out (no answer from {part.router})"
-                self._settle_part(rec, part, PartState.FAILED, why)
+                move_part(rec, part, Step.FAIL, why)
         for copy in rec.copies.values():
             if copy.state == QUEUED:
                 self._fail(rec, copy, "did not get it before its ttl ran out")

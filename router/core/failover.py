@@ -28,8 +28,19 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from .actions import CloseLink, Decide, Forward, Outcome, Subscribed, Verdict
-from .records import CopyState, PartState, PeerPart, Publisher, Record, Subscriber
+from .records import CopyState, PartState, Publisher, Record, Subscriber
 from .topics import matches
+from .transitions import (
+    Step,
+    add_part,
+    adopt_as_origin,
+    adopt_for,
+    drop_copy,
+    drop_part,
+    drop_parts,
+    move_part,
+    orphan,
+)
 
 if TYPE_CHECKING:
     from .engine import Engine
@@ -67,11 +78,12 @@ class FailoverMixin:
         self._tombstones: OrderedDict[str, Outcome] = OrderedDict()
         # Whom a tombstone answers for: the subscribers that accepted, and those that failed.
         self._stone_keys: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {}
-        self._now = 0.0
 
     # ------------------------------------------------------------------ where subscribers are
 
-    def _known_gen(self: Engine, key: str) -> int:
+    def known_gen(self: Engine, key: str) -> int:
+        """The newest attach generation of subscriber `key` this router knows of, anywhere in
+        the mesh (0 if none): a new attach takes a higher one, so that it wins mesh-wide."""
         gens = [0]
         if key in self._where:
             gens.append(self._where[key][0])
@@ -82,9 +94,24 @@ class FailoverMixin:
             gens.append(local.gen)
         return max(gens)
 
-    def remote_subscriber_added(
-        self: Engine, router: str, key: str, topic_filter: str, gen: int = 0,
-        timeout: float = 0.0,
+    def warm_elsewhere(self: Engine, prefix: str) -> list[tuple[str, str, int]]:
+        """Warm subscribers whose key starts with `prefix` that live at another router, or are
+        away from a lost router waiting to reattach: (key, filter, attach generation) each.
+        An MQTT session that connects here asks which of its subscriptions live elsewhere."""
+        me = self.config.router_id
+        found = []
+        for key, (gen, router) in self._where.items():
+            if router != me and key.startswith(prefix):
+                meta = self._remote_meta.get(key)
+                if meta is not None and meta[1]:
+                    found.append((key, meta[0], gen))
+        for key, away in self._away.items():
+            if away.timeout and key.startswith(prefix):
+                found.append((key, away.filter, away.gen))
+        return found
+
+    def _remote_subscriber_added(
+        self: Engine, router: str, key: str, topic_filter: str, gen: int, timeout: float,
     ) -> None:
         """Gossip: subscriber `key` with `topic_filter` is attached at `router`."""
         cur = self._where.get(key)
@@ -111,7 +138,7 @@ class FailoverMixin:
         # dropped its copies when the subscriber left in between (we may not have heard).
         self._retarget(key, router, force=cur is None or cur[0] != gen)
 
-    def remote_subscriber_removed(self: Engine, router: str, key: str) -> None:
+    def _remote_subscriber_removed(self: Engine, router: str, key: str) -> None:
         """Gossip: `key` left `router` for good (or moved on, which `_where` already says)."""
         cur = self._where.get(key)
         if cur is not None and cur[1] == router:
@@ -134,8 +161,7 @@ class FailoverMixin:
                        if (p := rec.peers.get(key)) is not None
                        and p.state == PartState.PENDING), key=lambda r: r.seq)
         for rec in owed:
-            del rec.peers[key]
-            rec.pending -= 1  # the part becomes a copy, which counts instead
+            drop_part(rec, key)  # the part becomes a copy, which counts instead
             self._add_copy(rec, sub)
             sub.queue.append(rec)
         if owed:
@@ -170,14 +196,12 @@ class FailoverMixin:
             copy = rec.copies.get(sub.sid)
             if copy is None or copy.state not in (QUEUED, SENT):
                 continue
-            del rec.copies[sub.sid]
-            rec.pending -= 1
+            drop_copy(rec, sub.sid)
             if rec.origin is None and not rec.presettled:
                 if rec.orphan_until is None:
                     self._owe_remote(rec, sub.key, router)
                 else:  # owed there, sent if its publisher resumes here (_resend_parts)
-                    rec.peers[sub.key] = PeerPart(None, sub.key, router)
-                    rec.pending += 1
+                    add_part(rec, sub.key, None, router)
                     self._mesh_records[(self.config.router_id, rec.id)] = rec
             self._decide(rec)
             self._maybe_forget(rec)
@@ -227,8 +251,7 @@ class FailoverMixin:
 
     def _owe_remote(self: Engine, rec: Record, key: str, router: str) -> None:
         """Add a part for `key` at `router` to our record and send it there."""
-        rec.peers[key] = PeerPart(router, key)
-        rec.pending += 1
+        add_part(rec, key, router)
         self._mesh_records[(self.config.router_id, rec.id)] = rec
         self._send_part(rec, key, router)
 
@@ -247,16 +270,11 @@ class FailoverMixin:
 
     # ------------------------------------------------------------------ lost routers
 
-    def peer_lost(
-        self: Engine, router: str, reason: str, *, restarted: bool = False,
-        now: float | None = None,
-    ) -> None:
+    def _peer_lost(self: Engine, router: str, reason: str, restarted: bool) -> None:
         """`router` restarted (its clients and records are gone) or stayed unreachable too
         long (given up). After a restart its subscribers are away for their timeout and its
         messages here wait for their publishers to resume; after a give-up what it owed us
         fails now, and its messages here go on (their verdicts reach it when it is back)."""
-        if now is not None:
-            self._now = now
         if restarted:
             for key, (gen, r) in sorted(self._where.items()):
                 if r == router:
@@ -272,7 +290,7 @@ class FailoverMixin:
                 if part.key in self._away:
                     part.router = None
                 else:
-                    self._settle_part(rec, part, PartState.FAILED, reason)
+                    move_part(rec, part, Step.FAIL, reason)
             self._decide(rec)
             self._maybe_forget(rec)
 
@@ -284,6 +302,7 @@ class FailoverMixin:
         away = Away(topic_filter, timeout, wait, self._now + wait, router, gen)
         self._away[key] = away
         heapq.heappush(self._away_expiry, (away.deadline, key))
+        self._note_deadline(away.deadline)
         if timeout:  # warm: what is published meanwhile waits for it too
             self._remote.add((AWAY, key), topic_filter)
 
@@ -297,7 +316,7 @@ class FailoverMixin:
         for rec in sorted(self.records.values(), key=lambda r: r.seq):
             part = rec.peers.get(key)
             if part is not None and part.state == PartState.PENDING and part.router == router:
-                self._settle_part(rec, part, PartState.FAILED, reason)
+                move_part(rec, part, Step.FAIL, reason)
                 self._decide(rec)
                 self._maybe_forget(rec)
 
@@ -310,25 +329,25 @@ class FailoverMixin:
             return
         if rec.origin is not None:
             self._mesh_records.pop((rec.origin, rec.id), None)
-            rec.origin = None
-        rec.publisher = None
-        rec.orphan_until = self._now + self.config.reconnect_timeout
-        heapq.heappush(self._orphans, (rec.orphan_until, rec.seq))
+        until = self._now + self.config.reconnect_timeout
+        orphan(rec, until)
+        heapq.heappush(self._orphans, (until, rec.seq))
+        self._note_deadline(until)
 
     def _adopt(self: Engine, rec: Record) -> None:
         """A resend found `rec`: it is nobody's orphan any more. It is numbered anew, as if it
         arrived now: record numbers give publish order (moves requeue and resend by them),
         and resends come in publish order, after whatever this router already had."""
-        rec.orphan_until = None
         if rec.origin is not None:
             self._mesh_records.pop((rec.origin, rec.id), None)
-            rec.origin = None
+        adopt_as_origin(rec)
         self.stats.adopted += 1
         del self.records[rec.seq]
         rec.seq = self._next_seq()
         self.records[rec.seq] = rec
         if rec.expires is not None:
             heapq.heappush(self._expiry, (rec.expires, rec.seq))
+            self._note_deadline(rec.expires)
 
     def _resend_from_publisher(
         self: Engine, pub: Publisher, tag: bytes, ttl_ms: int | None, settled: bool
@@ -449,7 +468,7 @@ class FailoverMixin:
             # If it was ours, the new origin owes those routers now (and it is no longer a
             # record of ours in _mesh_records, peers or not).
             self._drop_parts(rec)
-            rec.origin = origin
+            adopt_for(rec, origin)
             self._mesh_records[(origin, msg_id)] = rec
             rec.outcome = None
         added = self._add_owed(rec, owed)
@@ -488,14 +507,7 @@ class FailoverMixin:
             self._refill(pub)
 
     def _drop_parts(self: Engine, rec: Record) -> None:
-        for part in rec.peers.values():
-            if part.state == PartState.PENDING:
-                rec.pending -= 1
-            elif part.state == PartState.ACCEPTED:
-                rec.accepted -= 1
-            elif part.state == PartState.FAILED:
-                rec.failed -= 1
-        rec.peers.clear()
+        drop_parts(rec)
         self._mesh_records.pop((self.config.router_id, rec.id), None)
 
     def _add_owed(self: Engine, rec: Record, owed: list[str]) -> int:
@@ -548,7 +560,7 @@ class FailoverMixin:
             if rec is not None and copy is not None:
                 if state == "accepted" and copy.state in (QUEUED, SENT):
                     sub.inflight.pop(rec.out_tag, None)
-                    self._accepted_settled(rec, copy)
+                    self._accepted_settled(rec, copy, Step.DECLARED)
                 known[tag] = "accepted" if copy.state == ACCEPTED_STATE else "unsettled"
             else:
                 sub.placeholders[tag] = state
@@ -557,6 +569,7 @@ class FailoverMixin:
                     sub.holding += 1
         if sub.placeholders:
             heapq.heappush(self._holds, (self._now + self.config.resume_timeout, sub.sid))
+            self._note_deadline(self._now + self.config.resume_timeout)
         return {"known": known, "placeholders": placeholders}
 
     def _fulfil(self: Engine, sub: Subscriber, rec: Record) -> bool:
@@ -573,7 +586,6 @@ class FailoverMixin:
     # ------------------------------------------------------------------ time
 
     def _tick_failover(self: Engine, now: float) -> None:
-        self._now = now
         heap = self._away_expiry
         while heap and heap[0][0] <= now:
             deadline, key = heapq.heappop(heap)
@@ -591,7 +603,7 @@ class FailoverMixin:
                 # Nobody resent it here: stop tracking it, as for a DELETE, and stop waiting
                 # for answers even if it was decided (a router that adopted it for a new
                 # origin answers that one, not us).
-                rec.orphan_until = None
+                adopt_as_origin(rec)
                 self._withdraw(rec)
                 self._publisher_done(rec)
         holds = self._holds

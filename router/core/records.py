@@ -143,6 +143,14 @@ class Copy:
         self.sub_settled = False  # the subscriber settled its side
 
 
+class Role(IntEnum):
+    """Whose record it is (router/core/transitions.py moves it from one role to another)."""
+
+    ORIGIN = 0  # its publisher is attached here (or settled): this router tells it the outcome
+    DESTINATION = 1  # another router's message: this router answers `origin` with a verdict
+    ORPHAN = 2  # its publisher or origin is gone: it waits `orphan_until` for a resend
+
+
 class PartState(IntEnum):
     """Where another router's part of a message stands, as the origin sees it."""
 
@@ -193,6 +201,7 @@ class Record:
         "pub_settled",
         "pub_tag",
         "publisher",
+        "role",
         "seq",
         "told",
     )
@@ -213,6 +222,7 @@ class Record:
         self.seq = seq
         self.publisher = publisher  # the local publisher; None once its link is gone
         self.origin = origin  # the origin router for a message that came from another router
+        self.role = Role.ORIGIN if origin is None else Role.DESTINATION
         self.pub_tag = pub_tag
         self.out_tag = out_tag
         self.id = out_tag.decode()  # the delivery id: the same on every router

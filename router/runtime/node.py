@@ -2,12 +2,15 @@
 
 The node owns the mapping from the engine's link numbers to the connection that carries each
 link, applies the engine's actions there, and wakes those connections' writers. It also runs
-the engine's timer (ttl expiry) and the orderly shutdown on SIGTERM.
+the engine's timer, which sleeps until the engine's next deadline (a ttl, a warm subscriber's
+or a lost publisher's time to come back) and is woken earlier when an event sets an earlier
+one, and the orderly shutdown on SIGTERM.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import signal
 from typing import Any, Protocol
 
@@ -17,12 +20,11 @@ from router import accel
 from router.config import ListenError, RouterConfig
 from router.core.actions import MESH_ACTIONS
 from router.core.engine import Engine, EngineConfig
+from router.core.events import TimePassed
 
 log = logging.getLogger("exactmesh.router")
 
 MESH_TYPES = frozenset(MESH_ACTIONS)
-
-TIMER_GRANULARITY = 0.05  # seconds; the longest a new, earlier ttl deadline can wait
 
 
 class EdgeConnection(Protocol):
@@ -48,6 +50,7 @@ class Node:
         self._next_link = 0
         self.stopping = False
         self.mesh: Any = None  # the MeshNode when this router has peers
+        self._timer_scope: trio.CancelScope | None = None  # the timer's sleep, while it sleeps
 
     def mesh_output(self) -> None:
         """Send the frames the mesh layer produced. Without peers there are none; the mesh
@@ -88,6 +91,10 @@ class Node:
                     entry[0].apply(entry[1], action)
             if self.mesh is not None:
                 self.mesh_output()
+            deadline = self.engine.take_new_deadline()
+            scope = self._timer_scope
+            if deadline is not None and scope is not None and deadline < scope.deadline:
+                scope.deadline = deadline  # wake the timer earlier
 
     # ---------------------------------------------------------------- running
 
@@ -146,16 +153,23 @@ class Node:
                 await trio.sleep(0.01)
 
     async def _timer(self) -> None:
+        """Sleep until the engine's next deadline; `flush` moves the wake-up earlier when an
+        event set an earlier one. No polling: an idle router does not wake."""
         engine = self.engine
         while True:
+            engine.take_new_deadline()  # what it says is in next_deadline() from here on
             deadline = engine.next_deadline()
             now = trio.current_time()
-            wake = now + TIMER_GRANULARITY if deadline is None else min(
-                deadline, now + TIMER_GRANULARITY)
-            await trio.sleep_until(max(wake, now))
-            if deadline is not None and trio.current_time() >= deadline:
-                engine.tick(trio.current_time())
+            if deadline is not None and deadline <= now:
+                engine.handle(TimePassed(now))
                 self.flush()
+                continue
+            with trio.CancelScope(deadline=math.inf if deadline is None else deadline) as scope:
+                self._timer_scope = scope
+                try:
+                    await trio.sleep_forever()
+                finally:
+                    self._timer_scope = None
 
 
 async def _listening(nursery: trio.Nursery, option: str, what: str, serve: Any,

@@ -59,6 +59,7 @@ from typing import Any
 
 from mesh.frames import FrameDecoder, FrameError, encode
 from mesh.meshnode import MeshNode
+from router.core import events as ev
 from router.core.actions import (
     MESH_ACTIONS,
     CloseLink,
@@ -268,7 +269,8 @@ class SimRouter:
         self.engine = Engine(EngineConfig(router_id=rid, publisher_window=p.window,
                                           max_delivery_attempts=p.max_attempts,
                                           reconnect_timeout=p.reconnect_timeout,
-                                          resume_timeout=p.resume_timeout))
+                                          resume_timeout=p.resume_timeout,
+                                          check_invariants=True))
         self.mesh = MeshNode(rid, inc, self.engine, unreachable_timeout=p.unreachable_timeout,
                              gossip_interval=p.gossip_interval,
                              transfer_window=p.transfer_window)
@@ -606,7 +608,7 @@ class World:
             return
         r.tick_at = None
         r.last_tick = self.now
-        r.engine.tick(self.now)
+        r.engine.handle(ev.TimePassed(self.now))
         r.mesh.tick(self.now)
         self.settle(r)
 
@@ -837,7 +839,7 @@ class World:
         self.all_clients.append(pub)
         self.log(f"attach publisher {pub.label} topic {topic} mode {mode}"
                  f"{' survivor' if survivor else ''}")
-        r.engine.attach_publisher(link, pub.ident, topic, mode)
+        r.engine.handle(ev.PublisherAttached(self.now, link, pub.ident, topic, mode))
         self.settle(r)
         self.after(rng.expovariate(1 / pub.rate), self._publish_loop, pub, pub.epoch)
         return pub
@@ -870,8 +872,8 @@ class World:
                  f"{' presettled' if sub.presettled else ''}{' flaky' if sub.flaky else ''}"
                  f"{' slow' if sub.slow else ''}{' stalled' if sub.stalled else ''}"
                  f"{' survivor' if survivor else ''}{f' warm {warm:g} s' if warm else ''}")
-        r.engine.attach_subscriber(link, sub.ident, topic_filter, sub.presettled, warm,
-                                   gen=sub.gen, now=self.now)
+        r.engine.handle(ev.SubscriberAttached(self.now, link, sub.ident, topic_filter,
+                                              sub.presettled, warm, gen=sub.gen))
         self.settle(r)
         self.after(rng.uniform(0.0, 0.05), self._credit_loop, sub, sub.epoch)
         return sub
@@ -887,7 +889,7 @@ class World:
         pub.undecided.clear()
         pub.decided.clear()
         pub.resend_queue.clear()
-        pub.router.engine.detach_publisher(pub.link, final=True, now=self.now)
+        pub.router.engine.handle(ev.PublisherDetached(self.now, pub.link, True))
         self.settle(pub.router)
 
     def detach_subscriber(self, sub: SubClient) -> None:
@@ -897,7 +899,7 @@ class World:
         self.log(f"detach subscriber {sub.label}")
         sub.detached = sub.gone = True
         self.checker.on_gone(sub)
-        sub.router.engine.detach_subscriber(sub.link, final=True, now=self.now)
+        sub.router.engine.handle(ev.SubscriberDetached(self.now, sub.link, True))
         self.settle(sub.router)
 
     # -- losing a link, and coming back (failover)
@@ -965,9 +967,9 @@ class World:
             return
         self.log(f"{r.id} notices the connection of {c.key} (link {link}) is gone")
         if c.kind == "sub":
-            r.engine.detach_subscriber(link, final=False, now=self.now)
+            r.engine.handle(ev.SubscriberDetached(self.now, link, False))
         else:
-            r.engine.detach_publisher(link, final=False, now=self.now)
+            r.engine.handle(ev.PublisherDetached(self.now, link, False))
         self.settle(r)
 
     def _reattach(self, c: PubClient | SubClient) -> None:
@@ -1001,8 +1003,9 @@ class World:
             self.log(f"{sub.key} attaches again at {r.id} (gen {sub.gen}, declares "
                      f"{len(declared)}: {sum(v == 'received' for v in declared.values())} "
                      "received)")
-            r.engine.attach_subscriber(link, sub.ident, sub.filter, sub.presettled, sub.warm,
-                                       gen=sub.gen, declared=declared, now=self.now)
+            r.engine.handle(ev.SubscriberAttached(self.now, link, sub.ident, sub.filter,
+                                                  sub.presettled, sub.warm, gen=sub.gen,
+                                                  declared=declared))
             self.settle(r)
             self.after(rng.uniform(0.0, 0.05), self._credit_loop, sub, sub.epoch)
             return
@@ -1010,7 +1013,8 @@ class World:
         resends = [tag for tag, msg in pub.undecided.items() if msg.tracked]
         self.log(f"{pub.key} attaches again at {r.id}, resending {len(resends)}")
         pub.resend_queue = deque(resends)
-        r.engine.attach_publisher(link, pub.ident, pub.topic, pub.mode, resends=resends)
+        r.engine.handle(ev.PublisherAttached(self.now, link, pub.ident, pub.topic, pub.mode,
+                                             resends))
         self.settle(r)
         self._send_resends(pub, pub.epoch)
         self.after(rng.expovariate(1 / pub.rate), self._publish_loop, pub, pub.epoch)
@@ -1084,8 +1088,8 @@ class World:
         self.log(f"publish {pub.label}#{msg.seq} {msg_id[:8]} mode {msg.mode} owed "
                  f"{sorted(msg.owed)}{' presettled' if presettled else ''}"
                  f"{f' ttl {ttl_ms}' if ttl_ms else ''}")
-        engine.message(pub.link, tag, pub.payload(msg.seq), settled=presettled, mode=override,
-                       ttl_ms=ttl_ms, now=self.now)  # type: ignore[arg-type]
+        engine.handle(ev.MessageArrived(self.now, pub.link, tag, pub.payload(msg.seq),
+                                        presettled, override, ttl_ms))  # type: ignore[arg-type]
         self.settle(r)
         if not presettled and not self.draining and rng.random() < p.early_settle:
             self.after(rng.uniform(0.0, 0.05), self._settle_delivery, pub, tag)
@@ -1108,8 +1112,8 @@ class World:
             pub.credit -= 1
             self.moves["resent"] += 1
             self.log(f"resend {pub.label}#{msg.seq} {msg.id[:8]} owed now {sorted(msg.owed)}")
-            r.engine.message(pub.link, tag, pub.payload(msg.seq), settled=False,
-                             mode=msg.override, ttl_ms=msg.ttl_ms, now=self.now)
+            r.engine.handle(ev.MessageArrived(self.now, pub.link, tag, pub.payload(msg.seq),
+                                              False, msg.override, msg.ttl_ms))
             self.settle(r)
             if pub.detached or epoch != pub.epoch:
                 return
@@ -1123,7 +1127,7 @@ class World:
                 return
             msg.early_settled = True  # before an outcome: stop tracking it (the seed's DELETE)
             self.log(f"{pub.label} settles {msg.id[:8]} early")
-        pub.router.engine.publisher_settled(pub.link, tag)
+        pub.router.engine.handle(ev.PublisherSettled(self.now, pub.link, tag))
         self.settle(pub.router)
 
     # -- subscribers
@@ -1134,7 +1138,7 @@ class World:
         target = max(sub.target, 5) if self.draining else sub.target
         if sub.credit < target:
             sub.credit = target
-            sub.router.engine.subscriber_credit(sub.link, target)
+            sub.router.engine.handle(ev.SubscriberCredit(self.now, sub.link, target))
             self.settle(sub.router)
         if self.draining:
             period = 0.05
@@ -1180,8 +1184,8 @@ class World:
                  f"{'' if on_wire else ' but its link is gone'}")
         if not on_wire:
             return
-        sub.router.engine.copy_outcome(sub.link, tag, disposition, settled=settled,
-                                       error="the simulated subscriber says no")
+        sub.router.engine.handle(ev.CopyOutcome(self.now, sub.link, tag, disposition, settled,
+                                                "the simulated subscriber says no"))
         self.settle(sub.router)
 
     # -- engine actions for a client

@@ -1,0 +1,271 @@
+"""What can happen to a router's delivery engine: the events `Engine.handle` takes.
+
+Each event carries the time it happened (`now`, seconds on the runtime's monotonic clock or the
+simulator's); the engine reads no clock of its own, and its clock never runs backwards (an
+event stamped earlier than the last one is handled at the last one's time). Edges make the
+client events, the mesh the router events, the runtime's timer `TimePassed`.
+
+The classes write their own `__init__` for mypyc (router/core/actions.py says why), and take
+`now` first so that every construction reads alike: `MessageArrived(now, link, tag, payload)`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .records import LinkIdentity
+
+
+class Event:
+    __slots__ = ("now",)
+
+    def __init__(self, now: float) -> None:
+        self.now = now
+
+    def __repr__(self) -> str:
+        fields = ", ".join(f"{name}={getattr(self, name)!r}" for name in self._fields())
+        return f"{type(self).__name__}({fields})"
+
+    def _fields(self) -> list[str]:
+        names: list[str] = []
+        for cls in reversed(type(self).__mro__):
+            names.extend(getattr(cls, "__slots__", ()))
+        return names
+
+
+# ---------------------------------------------------------------------------- clients
+
+
+class PublisherAttached(Event):
+    """A client attached a link to send to topic `address` (validated) in delivery `mode`.
+    `resends`: the tags it declared unsettled on resume (it sends them again)."""
+
+    __slots__ = ("address", "ident", "link", "mode", "resends")
+
+    def __init__(self, now: float, link: int, ident: LinkIdentity, address: str, mode: str,
+                 resends: list[bytes] | None = None) -> None:
+        self.now = now
+        self.link = link
+        self.ident = ident
+        self.address = address
+        self.mode = mode
+        self.resends = resends
+
+
+class PublisherDetached(Event):
+    """The publisher's link is gone: closed (`final`) or lost (it may resume elsewhere)."""
+
+    __slots__ = ("final", "link")
+
+    def __init__(self, now: float, link: int, final: bool = True) -> None:
+        self.now = now
+        self.link = link
+        self.final = final
+
+
+class SubscriberAttached(Event):
+    """A client attached a link to receive what matches `topic_filter`. `warm_timeout`: a
+    durable subscriber, kept that long while away; `gen`: the attach generation it declared;
+    `declared`: its unsettled deliveries on resume (id -> "accepted" | "received"); `qos`:
+    an MQTT subscription's granted QoS (0-2), gossiped with it so that a router taking the
+    session over knows it (AMQP subscribers leave it 0)."""
+
+    __slots__ = ("declared", "gen", "ident", "link", "presettled", "qos", "topic_filter",
+                 "warm_timeout")
+
+    def __init__(self, now: float, link: int, ident: LinkIdentity, topic_filter: str,
+                 presettled: bool = False, warm_timeout: float | None = None, gen: int = 0,
+                 declared: dict[str, str] | None = None, qos: int = 0) -> None:
+        self.now = now
+        self.link = link
+        self.ident = ident
+        self.topic_filter = topic_filter
+        self.presettled = presettled
+        self.warm_timeout = warm_timeout
+        self.gen = gen
+        self.declared = declared
+        self.qos = qos
+
+
+class SubscriberDetached(Event):
+    """The subscriber's link is gone: closed (`final`: the subscription ends) or lost (a warm
+    subscriber stays subscribed for its timeout)."""
+
+    __slots__ = ("final", "link")
+
+    def __init__(self, now: float, link: int, final: bool = True) -> None:
+        self.now = now
+        self.link = link
+        self.final = final
+
+
+class SubscriberCredit(Event):
+    """The subscriber's link credit is now `credit`."""
+
+    __slots__ = ("credit", "link")
+
+    def __init__(self, now: float, link: int, credit: int) -> None:
+        self.now = now
+        self.link = link
+        self.credit = credit
+
+
+class MessageArrived(Event):
+    """A publisher's delivery arrived whole. `mode`: a per-message delivery mode override;
+    `ttl_ms`: its time to live; `address`: its topic when the link has none of its own (MQTT);
+    `resend`: it may be a resend of one the mesh has (MQTT DUP=1)."""
+
+    __slots__ = ("address", "link", "mode", "payload", "resend", "settled", "tag", "ttl_ms")
+
+    def __init__(self, now: float, link: int, tag: bytes, payload: bytes,
+                 settled: bool = False, mode: str | None = None, ttl_ms: int | None = None,
+                 address: str | None = None, resend: bool = False) -> None:
+        self.now = now
+        self.link = link
+        self.tag = tag
+        self.payload = payload
+        self.settled = settled
+        self.mode = mode
+        self.ttl_ms = ttl_ms
+        self.address = address
+        self.resend = resend
+
+
+class MessageRefused(Event):
+    """A publisher's delivery the edge could not make sense of: rejected at once with
+    `condition` and `description`, delivered to nobody."""
+
+    __slots__ = ("condition", "description", "link", "settled", "tag")
+
+    def __init__(self, now: float, link: int, tag: bytes, condition: str, description: str,
+                 settled: bool) -> None:
+        self.now = now
+        self.link = link
+        self.tag = tag
+        self.condition = condition
+        self.description = description
+        self.settled = settled
+
+
+class CopyOutcome(Event):
+    """A subscriber's outcome for (or settlement of) copy `tag`: a `Disposition` value;
+    `error` is its own description when it rejected."""
+
+    __slots__ = ("disposition", "error", "link", "settled", "tag")
+
+    def __init__(self, now: float, link: int, tag: bytes, disposition: int, settled: bool,
+                 error: str = "") -> None:
+        self.now = now
+        self.link = link
+        self.tag = tag
+        self.disposition = disposition
+        self.settled = settled
+        self.error = error
+
+
+class PublisherSettled(Event):
+    """The publisher settled its delivery `tag` (before an outcome: the seed's DELETE)."""
+
+    __slots__ = ("link", "tag")
+
+    def __init__(self, now: float, link: int, tag: bytes) -> None:
+        self.now = now
+        self.link = link
+        self.tag = tag
+
+
+# ---------------------------------------------------------------------------- other routers
+
+
+class RemoteMessage(Event):
+    """Router `origin`'s message `msg_id`, owed to subscribers `owed` (keys) here."""
+
+    __slots__ = ("address", "mode", "msg_id", "origin", "owed", "payload", "resend", "ttl_ms")
+
+    def __init__(self, now: float, origin: str, msg_id: str, address: str, payload: bytes,
+                 owed: list[str], mode: str, ttl_ms: int | None, resend: bool = False) -> None:
+        self.now = now
+        self.origin = origin
+        self.msg_id = msg_id
+        self.address = address
+        self.payload = payload
+        self.owed = owed
+        self.mode = mode
+        self.ttl_ms = ttl_ms
+        self.resend = resend
+
+
+class PeerVerdict(Event):
+    """Router `router`'s verdict on our message `msg_id` for subscribers `keys` there."""
+
+    __slots__ = ("accepted", "keys", "msg_id", "router", "status")
+
+    def __init__(self, now: float, router: str, msg_id: str, accepted: bool,
+                 status: dict[str, Any], keys: list[str] | None = None) -> None:
+        self.now = now
+        self.router = router
+        self.msg_id = msg_id
+        self.accepted = accepted
+        self.status = status
+        self.keys = keys
+
+
+class RemoteForget(Event):
+    """Router `origin` is done with its message `msg_id`; `accepted`: the mesh-wide outcome."""
+
+    __slots__ = ("accepted", "msg_id", "origin")
+
+    def __init__(self, now: float, origin: str, msg_id: str,
+                 accepted: bool | None = None) -> None:
+        self.now = now
+        self.origin = origin
+        self.msg_id = msg_id
+        self.accepted = accepted
+
+
+class RemoteSubscriberAdded(Event):
+    """Gossip: subscriber `key` with `topic_filter` is attached at `router`."""
+
+    __slots__ = ("gen", "key", "qos", "router", "timeout", "topic_filter")
+
+    def __init__(self, now: float, router: str, key: str, topic_filter: str, gen: int = 0,
+                 timeout: float = 0.0, qos: int = 0) -> None:
+        self.now = now
+        self.router = router
+        self.key = key
+        self.topic_filter = topic_filter
+        self.gen = gen
+        self.timeout = timeout
+        self.qos = qos
+
+
+class RemoteSubscriberRemoved(Event):
+    """Gossip: subscriber `key` left `router`."""
+
+    __slots__ = ("key", "router")
+
+    def __init__(self, now: float, router: str, key: str) -> None:
+        self.now = now
+        self.router = router
+        self.key = key
+
+
+class PeerLost(Event):
+    """Router `router` restarted (its clients and records are gone) or was given up."""
+
+    __slots__ = ("reason", "restarted", "router")
+
+    def __init__(self, now: float, router: str, reason: str, restarted: bool = False) -> None:
+        self.now = now
+        self.router = router
+        self.reason = reason
+        self.restarted = restarted
+
+
+# ---------------------------------------------------------------------------- time
+
+
+class TimePassed(Event):
+    """The runtime's timer: it is `now`, at or after `Engine.next_deadline()`."""
+
+    __slots__ = ()

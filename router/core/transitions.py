@@ -1,0 +1,247 @@
+"""Every state change of a copy and of a peer part, and the record counters that follow them.
+
+Everything that moves a `Copy` or a `PeerPart` from one state to another, adds one to a record
+or takes one away lives here, as h11 keeps its state machine in one module: the engine says
+what happened (a `Step`), this module looks the move up in its table and keeps the record's
+`pending` / `accepted` / `failed` counters in step. A move the table does not list is a bug
+in the engine and raises `IllegalTransition` at once, rather than corrupting a count that
+decides what a publisher is told. `router/core/invariants.py` checks the counters against the
+states from the outside.
+
+Copies (one subscriber of this router, one message):
+
+    state     step              new state   where it happens
+    QUEUED    SEND              SENT        sent on the subscriber's link
+    QUEUED    SEND_SETTLED      ACCEPTED    sent pre-settled (at most once): nothing comes back
+    QUEUED    DECLARED          ACCEPTED    a resuming subscriber declared it accepted
+    SENT      DECLARED          ACCEPTED    likewise, for one in doubt
+    SENT      ACCEPT            ACCEPTED    the subscriber accepted it
+    SENT      REQUEUE           QUEUED      released/modified, or in doubt when a warm one left
+    QUEUED    FAIL              FAILED      it left, the ttl ran out, or it was gone on arrival
+    SENT      FAIL              FAILED      rejected, too many attempts, left, ttl ran out
+    QUEUED    WITHDRAW          WITHDRAWN   the publisher stopped tracking the message
+    SENT      WITHDRAW          WITHDRAWN   likewise (the router settles its side)
+
+Peer parts (one subscriber at another router, as the origin sees it):
+
+    PENDING   ACCEPT            ACCEPTED    that router's verdict named it accepted
+    PENDING   FAIL              FAILED      named failed, the router was lost, the ttl ran out
+    PENDING   WITHDRAW          WITHDRAWN   the publisher stopped tracking the message
+
+A copy or part can also be added (`add_copy`, `add_part`) or dropped (`drop_copy`,
+`drop_part`): a subscriber that moved to another router takes its part with it.
+
+Records (whose record it is, `records.Role`):
+
+    ORIGIN       publisher lost, not settled           ORPHAN       `orphan`
+    DESTINATION  origin router restarted               ORPHAN       `orphan`
+    ORPHAN       its publisher resent it here          ORIGIN       `adopt_as_origin`
+    ORPHAN       nobody resent it in time (forgotten)  ORIGIN       `adopt_as_origin`
+    any          another router resent it (adopted)    DESTINATION  `adopt_for`
+"""
+
+from __future__ import annotations
+
+from enum import IntEnum
+from typing import Final
+
+from .records import Copy, CopyState, PartState, PeerPart, Record, Role, Subscriber
+
+QUEUED: Final = CopyState.QUEUED
+SENT: Final = CopyState.SENT
+ACCEPTED: Final = CopyState.ACCEPTED
+FAILED: Final = CopyState.FAILED
+WITHDRAWN: Final = CopyState.WITHDRAWN
+
+
+class Step(IntEnum):
+    """What happened to a copy or a part."""
+
+    SEND = 0
+    SEND_SETTLED = 1
+    DECLARED = 2
+    ACCEPT = 3
+    REQUEUE = 4
+    FAIL = 5
+    WITHDRAW = 6
+
+
+class IllegalTransition(Exception):  # not AssertionError: mypyc compiles this module
+    """The engine asked for a move its table does not have: a bug, never a client's fault."""
+
+
+COPY_TABLE: Final[dict[tuple[CopyState, Step], CopyState]] = {
+    (QUEUED, Step.SEND): SENT,
+    (QUEUED, Step.SEND_SETTLED): ACCEPTED,
+    (QUEUED, Step.DECLARED): ACCEPTED,
+    (SENT, Step.DECLARED): ACCEPTED,
+    (SENT, Step.ACCEPT): ACCEPTED,
+    (SENT, Step.REQUEUE): QUEUED,
+    (QUEUED, Step.FAIL): FAILED,
+    (SENT, Step.FAIL): FAILED,
+    (QUEUED, Step.WITHDRAW): WITHDRAWN,
+    (SENT, Step.WITHDRAW): WITHDRAWN,
+}
+
+PART_TABLE: Final[dict[tuple[PartState, Step], PartState]] = {
+    (PartState.PENDING, Step.ACCEPT): PartState.ACCEPTED,
+    (PartState.PENDING, Step.FAIL): PartState.FAILED,
+    (PartState.PENDING, Step.WITHDRAW): PartState.WITHDRAWN,
+}
+
+# The same tables as lists indexed by state * 8 + step: the copy moves run for every message,
+# and a list index costs less than hashing a tuple.
+_COPY_NEXT: Final[list[int]] = [-1] * 64
+for (_state, _step), _new in COPY_TABLE.items():
+    _COPY_NEXT[int(_state) * 8 + int(_step)] = int(_new)
+_PART_NEXT: Final[list[int]] = [-1] * 64
+for (_pstate, _step), _pnew in PART_TABLE.items():
+    _PART_NEXT[int(_pstate) * 8 + int(_step)] = int(_pnew)
+
+
+def is_pending(state: CopyState) -> bool:
+    """Copies still owed: they count in `pending` and keep the record alive."""
+    return state in (QUEUED, SENT)
+
+
+def _copy_delta(rec: Record, state: int, sign: int) -> None:
+    if state <= 1:  # QUEUED, SENT
+        rec.pending += sign
+    elif state == 2:  # ACCEPTED
+        rec.accepted += sign
+    elif state == 3:  # FAILED
+        rec.failed += sign
+
+
+def _part_delta(rec: Record, state: int, sign: int) -> None:
+    if state == 0:  # PENDING
+        rec.pending += sign
+    elif state == 1:  # ACCEPTED
+        rec.accepted += sign
+    elif state == 2:  # FAILED
+        rec.failed += sign
+
+
+# ---------------------------------------------------------------------------- copies
+
+
+def add_copy(rec: Record, key: int, sub: Subscriber, accepted: bool = False) -> Copy:
+    """A new copy for `sub` under `key` (its sid; a stand-in's negative number): owed
+    (QUEUED), or ACCEPTED at once when a resuming subscriber had declared it so."""
+    copy = Copy(sub)
+    if accepted:
+        copy.state = ACCEPTED
+        copy.sub_settled = True
+        rec.accepted += 1
+    else:
+        rec.pending += 1
+    rec.copies[key] = copy
+    return copy
+
+
+def move_copy(rec: Record, copy: Copy, step: Step, reason: str = "") -> None:
+    """Apply `step` to `copy`, as the table says; `reason` is kept for a FAIL."""
+    old = int(copy.state)
+    new = _COPY_NEXT[old * 8 + int(step)]
+    if new < 0:
+        raise IllegalTransition(
+            f"copy of {rec.id} for {copy.sub.label}: {CopyState(old).name} has no {step.name}")
+    _copy_delta(rec, old, -1)
+    _copy_delta(rec, new, 1)
+    copy.state = CopyState(new)
+    if step == Step.FAIL:
+        copy.reason = reason
+
+
+def drop_copy(rec: Record, key: int) -> Copy:
+    """Take a copy out of the record (its subscriber moved to another router)."""
+    copy = rec.copies.pop(key)
+    _copy_delta(rec, int(copy.state), -1)
+    return copy
+
+
+# ---------------------------------------------------------------------------- peer parts
+
+
+def add_part(rec: Record, key: str, router: str | None, last: str = "") -> PeerPart:
+    """A new pending part for remote subscriber `key` owed at `router` (None: away, named
+    after `last`, the router it was lost with)."""
+    part = PeerPart(router, key, last)
+    old = rec.peers.get(key)
+    if old is not None:
+        _part_delta(rec, int(old.state), -1)
+    rec.peers[key] = part
+    rec.pending += 1
+    return part
+
+
+def move_part(rec: Record, part: PeerPart, step: Step, reason: str = "") -> None:
+    old = int(part.state)
+    new = _PART_NEXT[old * 8 + int(step)]
+    if new < 0:
+        raise IllegalTransition(
+            f"part of {rec.id} for {part.label}: {PartState(old).name} has no {step.name}")
+    _part_delta(rec, old, -1)
+    _part_delta(rec, new, 1)
+    part.state = PartState(new)
+    part.reason = reason
+
+
+def drop_part(rec: Record, key: str) -> PeerPart:
+    """Take a part out of the record (its subscriber attached here: a copy replaces it)."""
+    part = rec.peers.pop(key)
+    _part_delta(rec, int(part.state), -1)
+    return part
+
+
+def drop_parts(rec: Record) -> None:
+    """Take every part out (the record is another origin's now)."""
+    for key in list(rec.peers):
+        drop_part(rec, key)
+
+
+def counts(rec: Record) -> tuple[int, int, int]:
+    """(pending, accepted, failed) recomputed from the states: what the counters must say."""
+    pending = accepted = failed = 0
+    for copy in rec.copies.values():
+        state = copy.state
+        if state in (QUEUED, SENT):
+            pending += 1
+        elif state == ACCEPTED:
+            accepted += 1
+        elif state == FAILED:
+            failed += 1
+    for part in rec.peers.values():
+        pstate = part.state
+        if pstate == PartState.PENDING:
+            pending += 1
+        elif pstate == PartState.ACCEPTED:
+            accepted += 1
+        elif pstate == PartState.FAILED:
+            failed += 1
+    return pending, accepted, failed
+
+
+# ---------------------------------------------------------------------------- record roles
+
+
+def orphan(rec: Record, until: float) -> None:
+    """Its publisher (or origin router) is gone: it waits until `until` for a resend."""
+    rec.role = Role.ORPHAN
+    rec.origin = None
+    rec.publisher = None
+    rec.orphan_until = until
+
+
+def adopt_as_origin(rec: Record) -> None:
+    """It is this router's own again: its publisher resent it here, or nobody did in time."""
+    rec.role = Role.ORIGIN
+    rec.origin = None
+    rec.orphan_until = None
+
+
+def adopt_for(rec: Record, origin: str) -> None:
+    """Router `origin` resent it: this router answers that one now."""
+    rec.role = Role.DESTINATION
+    rec.origin = origin
+    rec.orphan_until = None
