@@ -169,8 +169,9 @@ def test_gossip_real() -> None:
     out = run_benchmark("gossip_real", "--routers", "3", "--rounds", "2")
     m = re.search(r"^\s+3\s+2\s+(\S+)\s+(\S+)\s+(\d+)$", out, re.M)
     assert m, out
-    # Log stamps are whole milliseconds, so a median may come out a little below 0.
-    assert -1.0 <= num(m[1]) <= num(m[2]) and int(m[3]) == 2, m[0]
+    # Not bounded below by 0: log stamps are whole milliseconds, and the routers may log
+    # before the client, which takes its stamp when its attach completes, is scheduled again.
+    assert -1000 < num(m[1]) <= num(m[2]) < 1000 and int(m[3]) == 2, m[0]
 
 
 # ---------------------------------------------------------------- MQTT
