@@ -6,9 +6,12 @@ A sans-IO simulation (mesh/topology.py, gossip.py, sync.py) of N routers on a ra
 graph: a ring (so it is connected) plus links from each router to `--degree` random others,
 every link of cost 1 and 1 ms one-way latency, no loss, zero processing time. The glue is what
 a router does: flood LSAs and applied SUBS to every other neighbour, answer a gap's PULL, and
-exchange DIGESTs when a link comes up. For each event it reports when the last router knew of
-it (simulated ms = hops; "ecc" is the event router's eccentricity, the lower bound) and how many
-frames it cost until the mesh was quiet again.
+exchange DIGESTs when a link comes up. Subscriptions are attached with the mesh's own
+`Gossip.local_attach`, and every frame crosses the simulated link as the bytes of the mesh's
+codec (mesh/frames.py), so a change of the wire format breaks this benchmark the way it would
+break a real link. For each event it reports when the last router knew of it (simulated
+ms = hops; "ecc" is the event router's eccentricity, the lower bound) and how many frames it
+cost until the mesh was quiet again.
 
 The mesh starts converged: every router is handed every LSA and table directly, which is the
 state flooding reaches and costs N^2 calls instead of ~2 N |E| frames. `--flood-start` simulates
@@ -31,7 +34,9 @@ from typing import Any
 
 import networkx as nx
 
+from mesh.frames import FrameDecoder, encode
 from mesh.gossip import Gossip
+from mesh.peers import PeerSettings
 from mesh.sync import MeshSync
 from mesh.topology import Topology
 
@@ -82,18 +87,23 @@ class Sim:
         self.graph = graph
         self.routers = {n: Router(n, 1) for n in graph}
         self.up: dict[str, set[str]] = {n: set() for n in graph}
-        self.queue: collections.deque[tuple[int, str, str, dict[str, Any]]] = collections.deque()
+        self.queue: collections.deque[tuple[int, str, str, bytes]] = collections.deque()
+        self.decoder = FrameDecoder(PeerSettings.max_frame)  # every wire holds whole frames
         self.now = 0
         self.phase = Phase("", 0)
 
-    def send(self, src: str, dst: str, frame: dict[str, Any]) -> None:
+    def send(self, src: str, dst: str, frame: dict[str, Any], wire: bytes | None = None) -> None:
+        """Queue `frame` as the bytes a peer link would carry (mesh/frames.py), so that a frame
+        the mesh's own code builds but its codec or receiver rejects fails here as it would on
+        a real link, instead of being handed over as a Python object."""
         self.phase.frames[frame["t"]] += 1
-        self.queue.append((self.now + LATENCY_MS, src, dst, frame))
+        self.queue.append((self.now + LATENCY_MS, src, dst, wire or encode(frame)))
 
     def flood(self, src: str, frame: dict[str, Any], skip: str | None = None) -> None:
+        wire = encode(frame)  # once per flood, as the bytes are the same on every link
         for n in sorted(self.up[src]):  # sorted: the same run for the same seed
             if n != skip:
-                self.send(src, n, frame)
+                self.send(src, n, frame, wire)
 
     def costs(self, r: str) -> dict[str, int]:
         return dict.fromkeys(self.up[r], 1)
@@ -180,7 +190,8 @@ class Sim:
                 if knows(r):
                     self.phase.known_at[r.me] = self.now
         while self.queue:
-            self.now, src, dst, frame = self.queue.popleft()
+            self.now, src, dst, wire = self.queue.popleft()
+            (frame,) = self.decoder.feed(wire)
             self.deliver(src, dst, frame)
             if knows is not None and dst not in self.phase.known_at and knows(self.routers[dst]):
                 self.phase.known_at[dst] = self.now
@@ -229,7 +240,7 @@ def bench(n: int, degree: int, seed: int, flood_start: bool) -> tuple[nx.Graph, 
     x = rng.choice(names)
 
     def attach() -> None:
-        sim.flood(x, sim.routers[x].gossip.local_attach("c/l", "a/#", "c", "l", False))
+        sim.flood(x, sim.routers[x].gossip.local_attach("c/l", "a/#", "c", "l", gen=1))
 
     ecc = nx.eccentricity(graph, x)
     phases.append(sim.run(f"1 attach at {x} (ecc {ecc})", attach,
@@ -239,7 +250,7 @@ def bench(n: int, degree: int, seed: int, flood_start: bool) -> tuple[nx.Graph, 
     for i in range(3):  # y had subscribers: that they are gone is part of the news
         y_router = sim.routers[y]
         sim.run("", lambda i=i, yr=y_router: sim.flood(
-            y, yr.gossip.local_attach(f"c{i}/l", "b/#", f"c{i}", "l", True)))
+            y, yr.gossip.local_attach(f"c{i}/l", "b/#", f"c{i}", "l", gen=1, timeout=30.0)))
     old_inc = sim.routers[y].topo.inc
     lost: list[str] = []
     ecc = nx.eccentricity(graph, y)

@@ -565,20 +565,23 @@ def report(pairs: list[tuple[Summary, Summary, Paired]]) -> list[str]:
     ]
     ratios = []
     for em, mq, paired in pairs:
-        name = f"QoS {em.qos}, 1 -> {em.subs}"
-        for r in (em, mq):
+        ran = [r for r in (em, mq) if r.server != "-"]  # one side only with --server
+        name = f"QoS {ran[0].qos}, 1 -> {ran[0].subs}"
+        for r in ran:
             lines.append(
                 f"| {name} | {r.server} | {_f(r.rate)} | {_f(r.pub_rate)} | "
                 f"{_f(r.p50, '{:.2f}')} | "
                 f"{_f(r.p99, '{:.2f}')} | {_f(r.server_us, '{:.1f}')} | "
                 f"{_f(r.pub_us, '{:.1f}')} | {_f(r.sub_us, '{:.1f}')} | "
                 f"{_f(r.busy, '{:.2f}')} | {_f(r.other, '{:.0f}%')} |")
+        if len(ran) < 2:
+            continue
         ratios.append(
             f"{name}: exactmesh / mosquitto throughput {_ratio(em.rate, mq.rate)} delivered "
             f"({_ratio(em.pub_rate, mq.pub_rate)} at the publisher), "
             f"server CPU per message {_ratio(em.server_us, mq.server_us)}{paired.describe()}"
             + ("" if em.qos != 2 else "  (target: >= 0.90x throughput, <= 1.5x CPU)"))
-    return [*lines, "", *ratios]
+    return [*lines, *([""] if ratios else []), *ratios]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -616,7 +619,10 @@ def main(argv: list[str] | None = None) -> int:
     subss = args.subs or [1, 4]
     binary = ensure_mosquitto() if args.server != "exactmesh" else ""
     load0 = os.getloadavg()
-    print(f"exactmesh (one router, --mqtt) vs mosquitto {_mosquitto_version(binary)}: paho-mqtt "
+    servers = {"both": f"exactmesh (one router, --mqtt) vs mosquitto {_mosquitto_version(binary)}",
+               "exactmesh": "exactmesh (one router, --mqtt) alone",
+               "mosquitto": f"mosquitto {_mosquitto_version(binary)} alone"}[args.server]
+    print(f"{servers}: paho-mqtt "
           f"clients (MQTT 3.1.1, TCP_NODELAY), {PAYLOAD_SIZE}-byte payloads, window "
           f"{args.window}, up to {args.count:,} messages or {args.max_seconds:g} s per run, "
           f"{args.repeat} runs each (medians); "
