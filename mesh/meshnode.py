@@ -234,9 +234,11 @@ class MeshNode:
             for sub_item in item[1]:
                 self._consume(src, sub_item, now)
         elif kind == MSG:
-            _, msg_id, address, payload, mode, ttl_ms, _publisher, owed, resend = item
+            _, msg_id, address, payload, mode, ttl_ms, _publisher, owed, resend = item[:9]
+            presettled = len(item) > 9 and item[9] is True  # absent from older routers
             engine.handle(ev.RemoteMessage(now, src, msg_id, address, payload,
-                                           owed.get(self.me, []), mode, ttl_ms, resend))
+                                           owed.get(self.me, []), mode, ttl_ms, resend,
+                                           presettled))
         elif kind == VERDICT:
             _, msg_id, accepted, status, keys = item
             engine.handle(ev.PeerVerdict(now, src, msg_id, accepted, status, keys))
@@ -264,6 +266,8 @@ class MeshNode:
         if isinstance(action, Forward):
             item = [MSG, action.msg_id, action.address, action.payload, action.mode,
                     action.ttl_ms, action.publisher, action.owed, action.resend]
+            if action.presettled:
+                item.append(True)
             routers = [r for r in action.owed if r not in self._given_up]
             self._transmit(routers, item, now)
             for r in action.owed:

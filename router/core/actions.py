@@ -140,9 +140,11 @@ class Forward:
     ttl_ms: int | None
     publisher: str
     resend: bool = False
+    presettled: bool = False
 
     def __init__(self, msg_id: str, owed: dict[str, list[str]], address: str, payload: bytes,
-                 mode: str, ttl_ms: int | None, publisher: str, resend: bool = False) -> None:
+                 mode: str, ttl_ms: int | None, publisher: str, resend: bool = False,
+                 presettled: bool = False) -> None:
         self.msg_id = msg_id
         self.owed = owed
         self.address = address
@@ -151,6 +153,7 @@ class Forward:
         self.ttl_ms = ttl_ms
         self.publisher = publisher
         self.resend = resend
+        self.presettled = presettled
 
 
 @dataclass(slots=True, init=False)

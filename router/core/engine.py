@@ -57,7 +57,7 @@ from .events import (
     SubscriberDetached,
     TimePassed,
 )
-from .failover import FailoverMixin
+from .failover import AWAY, FailoverMixin
 from .records import (
     ALL,
     MODES,
@@ -423,8 +423,8 @@ class Engine(FailoverMixin):
         self._seq += 1
         expires = self._now + ttl_ms / 1000.0 if ttl_ms else None
         mode = ev.mode if ev.mode in MODES else ALL
-        rec = Record(self._seq, None, b"", msg_id.encode(), ev.payload, mode, False, expires,
-                     address=ev.address, origin=origin)
+        rec = Record(self._seq, None, b"", msg_id.encode(), ev.payload, mode, ev.presettled,
+                     expires, address=ev.address, origin=origin)
         self.stats.received += 1
         self._track(rec)
         self._mesh_records[(origin, msg_id)] = rec
@@ -436,6 +436,8 @@ class Engine(FailoverMixin):
         for key in owed:
             sub = self._by_key.get(key)
             if sub is not None:
+                if ev.presettled and sub.link is None:
+                    continue  # at most once: not kept for a warm subscriber that is away
                 matched.append(sub.sid)
             elif self._where.get(key, (0, self.config.router_id))[1] == self.config.router_id:
                 missing.append(key)
@@ -567,6 +569,8 @@ class Engine(FailoverMixin):
             remote = self._resend_matches(rec.address)
         else:
             remote = self._remote.match(rec.address) if len(self._remote) else ()
+        if settled:  # at most once: nothing waits for a warm subscriber that is away
+            matched, remote = self._present(matched, remote)
         if not matched and not remote:
             self._no_subscribers(pub, rec)
             return
@@ -580,6 +584,18 @@ class Engine(FailoverMixin):
         if remote:
             self._forward(rec, remote, ttl_ms, resend)
         self._add_copies(rec, matched)
+        if settled and not matched:  # forwarded only, at most once: nothing to wait for
+            self._maybe_forget(rec)
+
+    def _present(
+        self, matched: tuple[int, ...], remote: tuple[tuple[str, str], ...]
+    ) -> tuple[tuple[int, ...], tuple[tuple[str, str], ...]]:
+        """The subscribers a pre-settled message goes to: those attached now. The server keeps
+        only guaranteed messages for a warm client (seed 001), as MQTT servers keep no QoS 0
+        message for an offline session: holding one would hold its publisher's window too."""
+        by_sid = self._by_sid
+        return (tuple(sid for sid in matched if by_sid[sid].link is not None),
+                tuple(entry for entry in remote if entry[0] != AWAY))
 
     def _next_seq(self) -> int:
         self._seq += 1
@@ -614,18 +630,22 @@ class Engine(FailoverMixin):
         """Owe the message to the remote subscribers we know of, grouped by their router. A
         warm subscriber away from a lost router is owed it too, and gets it when it is back."""
         owed: dict[str, list[str]] = {}
+        presettled = rec.presettled
         for router, key in remote:
             if router:
                 owed.setdefault(router, []).append(key)
-                add_part(rec, key, router)
+                if not presettled:  # at most once: no verdict comes back, nothing to wait for
+                    add_part(rec, key, router)
             else:  # away: named after the router it was lost with
                 add_part(rec, key, None, self._away[key].router)
-        rec.told.update(owed)
-        self._mesh_records[(self.config.router_id, rec.id)] = rec
+        if not presettled:
+            rec.told.update(owed)
+            self._mesh_records[(self.config.router_id, rec.id)] = rec
         if owed:
             pub = rec.publisher
             self._actions.append(Forward(rec.id, owed, rec.address, rec.payload, rec.mode,
-                                         ttl_ms, pub.label if pub is not None else "", resend))
+                                         ttl_ms, pub.label if pub is not None else "", resend,
+                                         presettled))
 
     def _refuse_message(
         self, link: int, tag: bytes, condition: str, description: str, settled: bool

@@ -178,12 +178,15 @@ class PublisherSettled(Event):
 
 
 class RemoteMessage(Event):
-    """Router `origin`'s message `msg_id`, owed to subscribers `owed` (keys) here."""
+    """Router `origin`'s message `msg_id`, owed to subscribers `owed` (keys) here;
+    `presettled`: at most once (sent to those attached, answered for to nobody)."""
 
-    __slots__ = ("address", "mode", "msg_id", "origin", "owed", "payload", "resend", "ttl_ms")
+    __slots__ = ("address", "mode", "msg_id", "origin", "owed", "payload", "presettled",
+                 "resend", "ttl_ms")
 
     def __init__(self, now: float, origin: str, msg_id: str, address: str, payload: bytes,
-                 owed: list[str], mode: str, ttl_ms: int | None, resend: bool = False) -> None:
+                 owed: list[str], mode: str, ttl_ms: int | None, resend: bool = False,
+                 presettled: bool = False) -> None:
         self.now = now
         self.origin = origin
         self.msg_id = msg_id
@@ -193,6 +196,7 @@ class RemoteMessage(Event):
         self.mode = mode
         self.ttl_ms = ttl_ms
         self.resend = resend
+        self.presettled = presettled
 
 
 class PeerVerdict(Event):

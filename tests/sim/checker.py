@@ -370,9 +370,9 @@ class Checker:
                 sub.processed.get(msg.id) or sub.answers.get(msg.id) is not None):
             self.stats.raw_duplicates += 1
             sub.raw_duplicates += 1
-        # A pre-settled publisher delivery goes pre-settled to the subscribers of its origin
-        # only: other routers deliver it unsettled (best effort there too).
-        settled = sub.presettled or (msg.presettled and msg.origin is sub.router)
+        # A pre-settled publisher delivery is at most once at every router: it goes
+        # pre-settled to every subscriber, and nothing waits for an answer to it.
+        settled = sub.presettled or msg.presettled
         if send.settled != settled:
             self.fail(f"{sub.label} got {msg.id} settled={send.settled}, expected {settled}")
         sub.copies[msg.id] = copies + 1
