@@ -235,6 +235,33 @@ def test_session_persistence_and_expiry(router: Any, version: int) -> None:
     pub.stop()
 
 
+def test_qos0_is_not_held_for_an_offline_session_nor_stalls_its_publisher() -> None:
+    """A server keeps only guaranteed messages for a client that is away (seed 001; MQTT
+    3.1.1 section 3.1.2.4 and 5.0 section 3.1.2.4 oblige it to keep QoS 1 and 2 messages for a
+    session only). QoS 0 messages to a topic that an offline persistent session subscribes to
+    go on at full speed, well past the router's publisher window of 16, a present subscriber
+    gets them all, and the session, back, gets none of them."""
+    r, port = _router_with("--publisher-window", "16")
+    with r:
+        dev = Mq(port, "offline", V5, clean=False, expiry=60)
+        dev.subscribe("q0/#", 1)
+        dev.stop()
+        live = Mq(port, "live", V5)
+        live.subscribe("q0/#", 0)
+        pub = Mq(port, "q0pub", V5)
+        n = 200
+        for i in range(n):
+            pub.publish("q0/t", b"%d" % i, 0)
+        wait_for(lambda: len(live.got) == n, 10, "every QoS 0 message at the present subscriber")
+        assert live.payloads() == [b"%d" % i for i in range(n)]
+        back = Mq(port, "offline", V5, clean=False, expiry=60)
+        assert back.session_present
+        pub.publish("q0/t", b"after", 1)
+        wait_for(lambda: back.payloads() == [b"after"], 10, "only what came after, at QoS 1")
+        for c in (back, live, pub):
+            c.stop()
+
+
 def test_session_expiry_fails_the_message_naming_the_client(router: Any) -> None:
     port = router.mqtt_port
     dev = Mq(port, "gone", V5, clean=False, expiry=1)
