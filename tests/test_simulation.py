@@ -1,9 +1,9 @@
-"""Whole-cluster deterministic simulation (tests/sim): many routers, a faulty network, clients.
+"""Whole-cluster deterministic simulation (router/sim): many routers, a faulty network, clients.
 
 Every run derives from one seed and checks the delivery properties continuously and after
-draining (tests/sim/checker.py). A failure prints its parameters and a replay command:
+draining (router/sim/checker.py). A failure prints its parameters and a replay command:
 
-    PYTHONHASHSEED=0 .venv/bin/python -m tests.sim.world 'seed=…,routers=…,…'
+    PYTHONHASHSEED=0 .venv/bin/python -m router.sim.world 'seed=…,routers=…,…'
     EXACTMESH_SIM_SPEC='seed=…,…' .venv/bin/python -m pytest -q tests/test_simulation.py -k replay
 
 (`-v` after the spec prints the whole trace.) Any run that once failed goes into REGRESSIONS
@@ -48,7 +48,7 @@ from hypothesis import strategies as st
 from router.core.actions import Accepted, Rejected
 from router.core.engine import DELIVERY_FAILED
 from router.core.records import ALL
-from tests.sim.world import DOWN_DETECT, TOPOLOGIES, Params, SimFailure, World, run
+from router.sim.world import DOWN_DETECT, TOPOLOGIES, Params, SimFailure, World, run
 
 LONG = bool(os.environ.get("EXACTMESH_LONG"))
 
@@ -111,7 +111,7 @@ def test_long_seed_sweep() -> None:
 # ------------------------------------------------------------------------ failover runs
 
 # Clients that survive their router's crash or their connection's drop and attach again
-# (tests/sim/world.py, "survivors"). Parts of that workload still hit router bugs that are
+# (router/sim/world.py, "survivors"). Parts of that workload still hit router bugs that are
 # open (each entry says which); the CI runs leave those parts out until they are fixed, then
 # the entry goes. EXACTMESH_SIM_ALL_FAULTS=1 keeps everything in (to check a fix).
 OPEN_BUGS_OFF: dict[str, object] = {}  # every failover fault is on: none is known to fail

@@ -5,6 +5,11 @@ between them, with simulated publishers and subscribers attached through the eng
 random choice comes from one seed. `checker.Checker` asserts the delivery properties of
 docs/guarantees.md and ../shared/DESIGN-NOTES.md continuously and at the end.
 
-Replay a run:  PYTHONHASHSEED=0 .venv/bin/python -m tests.sim.world 'seed=…,routers=…,…'
-(or just a seed: `python -m tests.sim.world 1234` derives every parameter from it).
+Replay a run:  PYTHONHASHSEED=0 .venv/bin/python -m router.sim.world 'seed=…,routers=…,…' [-v]
+
+(or just a seed: `1234` derives every parameter from it, `f1234` the failover workload's).
 """
+
+from router import accel
+
+accel.guard()  # before anything imports a module that may be compiled (router/accel.py)

@@ -191,7 +191,7 @@ class Params:
     @classmethod
     def failover_from_seed(cls, seed: int) -> Params:
         """Parameters with failover on (clients survive and move), drawn from the seed alone.
-        `python -m tests.sim.world f1234` replays one of these."""
+        `python -m router.sim.world f1234` replays one of these."""
         rng = random.Random(f"exactmesh-failover-{seed}")
         timeout = rng.choice([2.0, 3.0, 5.0])
         return cls(
@@ -222,20 +222,24 @@ class Params:
         )
 
 
+# The code a run depends on: the sans-IO core, the mesh, and the simulator itself.
+CODE_GLOBS = ("router/core/*.py", "router/sim/*.py", "mesh/*.py")
+
+
 def replay_command(params: Params) -> str:
-    return f"PYTHONHASHSEED=0 .venv/bin/python -m tests.sim.world '{params.spec()}'"
+    return f"PYTHONHASHSEED=0 .venv/bin/python -m router.sim.world '{params.spec()}'"
 
 
 def code_version() -> str:
-    """A short digest of the router code under test (router/ and mesh/), for failure reports:
-    a seed replays exactly only against the same code."""
+    """A short digest of the code a run depends on (CODE_GLOBS), for failure reports: a seed
+    replays exactly only against the same code."""
     import hashlib
     from pathlib import Path
 
     root = Path(__file__).resolve().parents[2]
     h = hashlib.sha256()
-    for path in sorted([*root.glob("router/*.py"), *root.glob("mesh/*.py")]):
-        h.update(path.name.encode())
+    for path in sorted(p for pattern in CODE_GLOBS for p in root.glob(pattern)):
+        h.update(path.relative_to(root).as_posix().encode())
         h.update(path.read_bytes())
     return h.hexdigest()[:12]
 
@@ -249,7 +253,7 @@ class SimFailure(AssertionError):
             f"exactmesh simulation failed: {what}\n"
             f"  params: {params.spec()}\n"
             f"  replay: {replay_command(params)}\n"
-            f"  router code: {code_version()} (router/*.py + mesh/*.py); this process's "
+            f"  router code: {code_version()} ({' + '.join(CODE_GLOBS)}); this process's "
             f"PYTHONHASHSEED: {os.environ.get('PYTHONHASHSEED', 'unset (random)')}\n"
             f"  last events:\n    {tail}"
         )
@@ -1295,7 +1299,7 @@ def run(params: Params) -> World:
 
 def main(argv: list[str]) -> int:
     if not argv or argv[0] in ("-h", "--help"):
-        print("usage: python -m tests.sim.world SEED|SPEC [-v]\n"
+        print("usage: python -m router.sim.world SEED|SPEC [-v]\n"
               "  SPEC is 'seed=N,routers=3,...' as printed by a failing test")
         return 2
     params = Params.parse(argv[0])
