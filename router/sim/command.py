@@ -12,7 +12,8 @@ dropped client connections, partitions, lost, duplicated and reordered frames), 
 `Params.from_seed` (the seed sweep's: no failover); `--faults none` runs either on a clean
 network (nothing dropped, duplicated or reordered, no partition, crash or dropped client
 connection). `--spec` replays one run and prints its report: on failure the parameters, the
-replay command and the last events (`-v`: the whole trace, also of a run that passes).
+replay command and the last events (`-v`: the whole trace, also of a run that passes; with a
+range, `-v` prints a line for every run).
 `--fingerprint` adds a line with a digest of every run's events and frames, which must be the
 same in every process and on every machine for the same code and seeds.
 
