@@ -38,8 +38,10 @@ clients become well-behaved, and time runs on until everything is finished (or `
 out); then `Checker.final` checks that nothing is left over.
 
 Everything random comes from `random.Random(seed)`, and events at the same instant run in the
-order they were scheduled, so a seed replays exactly (with the same PYTHONHASHSEED: see
-`replay_command`).
+order they were scheduled, so a spec replays exactly (`replay_command`), against the same code
+(`code_version`), in any process: nothing the routers or the simulator do depends on the
+order of a set or on `hash()`, which vary with PYTHONHASHSEED (iterations that would are sorted
+or go over insertion-ordered dicts; `World.fingerprint` and test_simulation check it).
 """
 
 from __future__ import annotations
@@ -253,8 +255,8 @@ class SimFailure(AssertionError):
             f"exactmesh simulation failed: {what}\n"
             f"  params: {params.spec()}\n"
             f"  replay: {replay_command(params)}\n"
-            f"  router code: {code_version()} ({' + '.join(CODE_GLOBS)}); this process's "
-            f"PYTHONHASHSEED: {os.environ.get('PYTHONHASHSEED', 'unset (random)')}\n"
+            f"  code: {code_version()} ({' + '.join(CODE_GLOBS)}): a spec replays exactly "
+            "against the same code\n"
             f"  last events:\n    {tail}"
         )
         self.params = params
