@@ -82,8 +82,9 @@ def failure_line(seed: int, failure: SimFailure) -> str:
     lines = failure.what.splitlines() or ["?"]
     what = lines[0]
     if what.endswith(":") and len(lines) > 1:  # a heading, then the problems one a line
-        what += " " + lines[1].strip() + (f" (and {len(lines) - 2} more lines)"
-                                           if len(lines) > 2 else "")
+        more = len(lines) - 2
+        what += " " + lines[1].strip() + (
+            f" (and {more} more line{'s' if more > 1 else ''})" if more else "")
     if len(what) > WHAT_MAX:
         what = what[:WHAT_MAX - 1] + "…"
     return f"seed {seed}: {what}; replay: {replay_command(failure.params)}"
