@@ -6,6 +6,8 @@
     exactmesh pub --url URL --topic T --id NAME --state-dir DIR [--count N]   (router/pubsub_cli.py)
     exactmesh sub --url URL --topic FILTER --id NAME --state-dir DIR [--count N]
     exactmesh accel build|status     (the optional compiled build: router/accel.py)
+    exactmesh sim --seeds A-B [--faults all|none] [--routers N] [--workload failover|random]
+    exactmesh sim --spec SPEC [-v]   (the cluster simulation: router/sim/command.py)
 
 Errors in the command line or the configuration, and a port already in use, print one line
 naming the problem and exit with status 2. `status` prints the router's JSON answer and exits
@@ -126,6 +128,30 @@ def _accel_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("action", choices=["build", "status"])
 
 
+def _sim_parser(sub: argparse._SubParsersAction) -> None:
+    # Declared here, run by router/sim/command.py: importing router.sim decides the compiled
+    # modules (router/accel.py), which must not happen for every command.
+    p = sub.add_parser("sim", help="run the deterministic cluster simulation for a range of "
+                       "seeds, or replay one run",
+                       description="Run the whole-cluster simulation (router/sim): one run per "
+                       "seed, quiet but for one line per failure with its replay command; exit "
+                       "status 1 if a run failed. Or replay one run from its spec.")
+    what = p.add_mutually_exclusive_group(required=True)
+    what.add_argument("--seeds", metavar="A-B", help="the seeds to run, A to B inclusive (or A)")
+    what.add_argument("--spec", metavar="SPEC",
+                      help="replay one run: its spec as a failure prints it (or a seed N, fN)")
+    p.add_argument("--faults", choices=["all", "none"],
+                   help="all (default): every fault the workload draws; none: a clean network")
+    p.add_argument("--workload", choices=["failover", "random"],
+                   help="failover (default): clients that survive and move, warm subscribers, "
+                   "crashes; random: the seed sweep's, without failover")
+    p.add_argument("--routers", type=int, metavar="N", help="routers in every run (2-16)")
+    p.add_argument("-v", "--verbose", action="store_true",
+                   help="a line for every run; with --spec, the whole trace")
+    p.add_argument("--fingerprint", action="store_true",
+                   help="also print a digest of every run's events and frames")
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="exactmesh", description="exactly-once pub-sub mesh")
     sub = p.add_subparsers(dest="command", required=True)
@@ -133,6 +159,7 @@ def parser() -> argparse.ArgumentParser:
     _demo_parser(sub)
     _status_parser(sub)
     _accel_parser(sub)
+    _sim_parser(sub)
     from .pubsub_cli import add_parsers
 
     add_parsers(sub)  # pub, sub
@@ -238,6 +265,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             return accel.build()
         print(accel.describe())
         return 0
+    if args.command == "sim":
+        from .sim.command import main as run_sim
+
+        return run_sim(args)
     if args.command in ("pub", "sub"):
         from .pubsub_cli import run
 

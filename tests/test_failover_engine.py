@@ -2,7 +2,7 @@
 
 `Wire` carries the engines' mesh actions between them the way `mesh/meshnode.py` does, but
 only when asked, so a test can lose what a crashed router never sent. The random versions of
-these cases run in the deterministic simulation (tests/sim); these pin down each rule.
+these cases run in the deterministic simulation (router/sim); these pin down each rule.
 """
 
 from __future__ import annotations

@@ -270,7 +270,7 @@ class Engine(FailoverMixin):
         pub.resends = set(resends or ())
         self.publishers[link] = pub
         self._refill(pub, force=True)
-        known = [t for t in pub.resends
+        known = [t for t in dict.fromkeys(resends or ())
                  if outgoing_tag(ident.container, ident.name, t).decode() in self._by_id]
         return {"known": known}
 

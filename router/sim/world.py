@@ -38,19 +38,21 @@ clients become well-behaved, and time runs on until everything is finished (or `
 out); then `Checker.final` checks that nothing is left over.
 
 Everything random comes from `random.Random(seed)`, and events at the same instant run in the
-order they were scheduled, so a seed replays exactly (with the same PYTHONHASHSEED: see
-`replay_command`).
+order they were scheduled, so a spec replays exactly (`replay_command`), against the same code
+(`code_version`), in any process: nothing the routers or the simulator do depends on the
+order of a set or on `hash()`, which vary with PYTHONHASHSEED (iterations that would are sorted
+or go over insertion-ordered dicts; `World.fingerprint` and test_simulation check it).
 """
 
 from __future__ import annotations
 
+import hashlib
 import heapq
 import itertools
 import logging
 import os
 import random
 import sys
-import time
 import traceback
 from collections import deque
 from collections.abc import Callable
@@ -192,7 +194,7 @@ class Params:
     @classmethod
     def failover_from_seed(cls, seed: int) -> Params:
         """Parameters with failover on (clients survive and move), drawn from the seed alone.
-        `python -m tests.sim.world f1234` replays one of these."""
+        `python -m router.sim.world f1234` replays one of these."""
         rng = random.Random(f"exactmesh-failover-{seed}")
         timeout = rng.choice([2.0, 3.0, 5.0])
         return cls(
@@ -223,20 +225,24 @@ class Params:
         )
 
 
+# The code a run depends on: the sans-IO core, the mesh, and the simulator itself.
+CODE_GLOBS = ("router/core/*.py", "router/sim/*.py", "mesh/*.py")
+
+
 def replay_command(params: Params) -> str:
-    return f"PYTHONHASHSEED=0 .venv/bin/python -m tests.sim.world '{params.spec()}'"
+    return f"exactmesh sim --spec '{params.spec()}'"
 
 
 def code_version() -> str:
-    """A short digest of the router code under test (router/ and mesh/), for failure reports:
-    a seed replays exactly only against the same code."""
+    """A short digest of the code a run depends on (CODE_GLOBS), for failure reports: a seed
+    replays exactly only against the same code."""
     import hashlib
     from pathlib import Path
 
     root = Path(__file__).resolve().parents[2]
     h = hashlib.sha256()
-    for path in sorted([*root.glob("router/*.py"), *root.glob("mesh/*.py")]):
-        h.update(path.name.encode())
+    for path in sorted(p for pattern in CODE_GLOBS for p in root.glob(pattern)):
+        h.update(path.relative_to(root).as_posix().encode())
         h.update(path.read_bytes())
     return h.hexdigest()[:12]
 
@@ -250,8 +256,8 @@ class SimFailure(AssertionError):
             f"exactmesh simulation failed: {what}\n"
             f"  params: {params.spec()}\n"
             f"  replay: {replay_command(params)}\n"
-            f"  router code: {code_version()} (router/*.py + mesh/*.py); this process's "
-            f"PYTHONHASHSEED: {os.environ.get('PYTHONHASHSEED', 'unset (random)')}\n"
+            f"  code: {code_version()} ({' + '.join(CODE_GLOBS)}): a spec replays exactly "
+            "against the same code\n"
             f"  last events:\n    {tail}"
         )
         self.params = params
@@ -392,7 +398,9 @@ class SubClient(Client):
 
 
 class World:
-    def __init__(self, params: Params) -> None:
+    def __init__(self, params: Params, *, trace_lines: int | None = None) -> None:
+        """`trace_lines`: how many of the last trace lines to keep (0: all; default
+        TRACE_LINES)."""
         self._records_seen: dict[int, object] = {}
         p = self.p = params
         self.rng = random.Random(p.seed)
@@ -409,7 +417,10 @@ class World:
         self._link_ids = itertools.count(1)
         self._client_names = itertools.count(1)
         self.checker = Checker(self)
-        self.trace: deque[str] = deque(maxlen=TRACE_LINES or None)
+        keep = TRACE_LINES if trace_lines is None else trace_lines
+        self.trace: deque[str] = deque(maxlen=keep or None)
+        # Every trace line and every frame put on the network, in order: `fingerprint()`.
+        self._digest = hashlib.blake2b(digest_size=16)
         self.counts = {"frames": 0, "lost": 0, "dropped": 0, "duplicated": 0, "spins": 0}
         # Failover: links lost, re-attaches, actions for lost links, stolen links closed.
         self.moves = {"crash_lost": 0, "dropped": 0, "reattached": 0, "lost_actions": 0,
@@ -428,7 +439,15 @@ class World:
         self.at(self.now + delay, fn, *args)
 
     def log(self, what: str) -> None:
-        self.trace.append(f"{self.now:9.4f} {what}")
+        line = f"{self.now:9.4f} {what}\n"
+        self.trace.append(line[:-1])
+        self._digest.update(line.encode())
+
+    def fingerprint(self) -> str:
+        """A digest of the run so far: every trace line (all of them, kept or not) and every
+        frame the routers sent, in order. Two runs of one spec must give the same one, in any
+        process (whatever its PYTHONHASHSEED) and on any machine, against the same code."""
+        return self._digest.hexdigest()
 
     def run_until(self, t: float) -> None:
         queue = self._queue
@@ -622,6 +641,8 @@ class World:
             data = encode(frame)
         except FrameError as err:
             raise Violation(f"{src} produced a frame that cannot be encoded: {err}") from None
+        self._digest.update(f"{src}>{dst} ".encode())
+        self._digest.update(data)
         self.counts["frames"] += 1
         if not link.up or not link.ends_up[src]:
             self.counts["lost"] += 1  # sent on a dead connection (or before the end noticed)
@@ -1292,35 +1313,20 @@ class _TraceHandler(logging.Handler):
         self.world.log(f"[log] {record.getMessage()}")
 
 
-def run(params: Params) -> World:
+def run(params: Params, *, trace_lines: int | None = None) -> World:
     """Run one simulation; raise SimFailure (an AssertionError) if a property broke."""
-    return World(params).run()
+    return World(params, trace_lines=trace_lines).run()
 
 
 def main(argv: list[str]) -> int:
+    """`python -m router.sim.world SPEC [-v]`: what `exactmesh sim --spec SPEC [-v]` does."""
     if not argv or argv[0] in ("-h", "--help"):
-        print("usage: python -m tests.sim.world SEED|SPEC [-v]\n"
-              "  SPEC is 'seed=N,routers=3,...' as printed by a failing test")
+        print("usage: python -m router.sim.world SEED|SPEC [-v]\n"
+              "  SPEC is 'seed=N,routers=3,...' as a failure prints it (also: exactmesh sim)")
         return 2
-    params = Params.parse(argv[0])
-    if "-v" in argv:
-        global TRACE_LINES
-        TRACE_LINES = 0
-    if os.environ.get("PYTHONHASHSEED") is None:
-        print("note: set PYTHONHASHSEED=0 (as the failing test printed) for an exact replay",
-              file=sys.stderr)
-    started = time.perf_counter()
-    try:
-        world = run(params)
-    except SimFailure as failure:
-        print(failure)
-        if "-v" in argv and failure.trace:
-            print("  whole trace:\n    " + "\n    ".join(failure.trace))
-        return 1
-    print(f"ok in {time.perf_counter() - started:.2f} s: {world.summary()}")
-    if "-v" in argv:
-        print("\n".join(world.trace))
-    return 0
+    from .command import replay
+
+    return replay(Params.parse(argv[0]), verbose="-v" in argv[1:])
 
 
 if __name__ == "__main__":
