@@ -583,7 +583,7 @@ class Engine(FailoverMixin):
             self._note_deadline(expires)
         if remote:
             self._forward(rec, remote, ttl_ms, resend)
-        self._add_copies(rec, matched)
+        self._add_copies(rec, matched, self.remembered_accepted(rec.id) if resend else ())
         if settled and not matched:  # forwarded only, at most once: nothing to wait for
             self._maybe_forget(rec)
 
@@ -604,11 +604,18 @@ class Engine(FailoverMixin):
     def _tag_for(self, pub: Publisher, tag: bytes) -> bytes:
         return outgoing_tag(pub.ident.container, pub.ident.name, tag)
 
-    def _add_copies(self, rec: Record, matched: tuple[int, ...]) -> None:
-        """Queue a copy for each matched local subscriber, in arrival order."""
+    def _add_copies(
+        self, rec: Record, matched: tuple[int, ...], done: tuple[str, ...] = ()
+    ) -> None:
+        """Queue a copy for each matched local subscriber, in arrival order. `done`: keys
+        that accepted this message before (a forgotten record remembers them): their copies
+        count as accepted and are not sent again."""
         by_sid = self._by_sid
         for sid in matched:
             sub = by_sid[sid]
+            if done and sub.key in done:
+                add_copy(rec, sid, sub, accepted=True)
+                continue
             if sub.placeholders:
                 self._add_copy(rec, sub)
             else:

@@ -75,7 +75,9 @@ class FailoverMixin:
         self._orphans: list[tuple[float, int]] = []  # (deadline, record seq)
         self._holds: list[tuple[float, int]] = []  # (deadline, sid): placeholder holds
         # Outcomes of forgotten records, by delivery id, oldest first, for resends.
-        self._tombstones: OrderedDict[str, Outcome] = OrderedDict()
+        # None where only `_stone_keys` is known: a destination's record forgotten without
+        # the mesh-wide outcome (its origin restarted), which knows who accepted here only.
+        self._tombstones: OrderedDict[str, Outcome | None] = OrderedDict()
         # Whom a tombstone answers for: the subscribers that accepted, and those that failed.
         self._stone_keys: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {}
 
@@ -364,6 +366,7 @@ class FailoverMixin:
             published_here = bool(rec.pub_tag) and rec.origin is None
             self._adopt(rec)
             rec.publisher, rec.pub_tag = pub, tag
+            rec.partial = False  # it answers this publisher for the whole mesh now
             pub.live += 1
             if settled:
                 self._publisher_done(rec)
@@ -376,19 +379,21 @@ class FailoverMixin:
                 rec.outcome = None  # it answers to this publisher across the mesh now
                 decided = None
             if not published_here:
+                # Remote parts first: a new local copy can be accepted as it is sent (a
+                # pre-settled subscriber), and the record must not be decided without them.
+                self._owe_new_remotes(rec)
                 if self._owe_new_locals(rec):
                     decided = rec.outcome = None
-                self._owe_new_remotes(rec)
             if decided is not None and rec.outcome is not None:
                 self._actions.append(Decide(pub.link, tag, decided))
             else:
                 rec.outcome = None
                 self._decide(rec)
             return True
-        if rec is None and msg_id in self._tombstones and not settled:
+        if rec is None and self._tombstones.get(msg_id) is not None and not settled:
             self.stats.adopted += 1
             done = Record(self._next_seq(), pub, tag, out_tag, b"", pub.mode, False, None)
-            self._hold_for_settlement(pub, done, self._tombstones[msg_id])
+            self._hold_for_settlement(pub, done, self._tombstones[msg_id])  # type: ignore[arg-type]
             return True
         return False
 
@@ -524,12 +529,23 @@ class FailoverMixin:
             self._pump(sub)
         return added
 
+    def remembered(self: Engine, msg_id: str) -> Outcome | None:
+        """The mesh-wide outcome of a forgotten delivery, while it is remembered."""
+        return self._tombstones.get(msg_id)
+
+    def remembered_accepted(self: Engine, msg_id: str) -> tuple[str, ...]:
+        """Subscribers here that accepted a forgotten delivery, while it is remembered."""
+        keys = self._stone_keys.get(msg_id)
+        return () if keys is None else keys[0]
+
     def _remember(self: Engine, rec: Record) -> None:
-        """A record with an outcome is forgotten: keep the outcome, bounded, for resends. At a
-        destination only the mesh-wide outcome its origin sent with the forget will do: its
-        own verdict covered only the subscribers here."""
-        outcome = rec.final if rec.origin is not None else rec.outcome
-        if outcome is None or rec.presettled:
+        """A record with an outcome is forgotten: keep the outcome, bounded, for resends, and
+        who accepted and failed here. A record that came from another router keeps only the
+        mesh-wide outcome its origin sent with the forget: its own verdict covered only the
+        subscribers here. Without one (its origin restarted), it keeps who accepted here, so
+        that a resend does not deliver to them again (`_message`)."""
+        outcome = rec.final if rec.partial else rec.outcome
+        if rec.presettled or (outcome is None and not (rec.partial and rec.copies)):
             return
         stones = self._tombstones
         stones[rec.id] = outcome

@@ -194,6 +194,7 @@ class Record:
         "orphan_until",
         "out_tag",
         "outcome",
+        "partial",
         "payload",
         "peers",
         "pending",
@@ -223,6 +224,9 @@ class Record:
         self.publisher = publisher  # the local publisher; None once its link is gone
         self.origin = origin  # the origin router for a message that came from another router
         self.role = Role.ORIGIN if origin is None else Role.DESTINATION
+        # Its outcome covers only this router's subscribers: it came from another router
+        # (even once orphaned), so its own verdict is not the mesh-wide outcome.
+        self.partial = origin is not None
         self.pub_tag = pub_tag
         self.out_tag = out_tag
         self.id = out_tag.decode()  # the delivery id: the same on every router

@@ -234,7 +234,8 @@ def orphan(rec: Record, until: float) -> None:
 
 
 def adopt_as_origin(rec: Record) -> None:
-    """It is this router's own again: its publisher resent it here, or nobody did in time."""
+    """It is this router's own again: its publisher resent it here (which then makes it
+    answer across the mesh: `partial` False), or nobody did in time."""
     rec.role = Role.ORIGIN
     rec.origin = None
     rec.orphan_until = None
@@ -245,3 +246,4 @@ def adopt_for(rec: Record, origin: str) -> None:
     rec.role = Role.DESTINATION
     rec.origin = origin
     rec.orphan_until = None
+    rec.partial = True

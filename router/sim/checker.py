@@ -244,7 +244,7 @@ class Checker:
         rec = r.engine._by_id.get(msg.id)
         era = msg.eras.get((r.id, r.inc))
         # Its outcome, kept after the record was forgotten: the answer comes from that.
-        stone = rec is None and msg.id in r.engine._tombstones
+        stone = rec is None and r.engine.remembered(msg.id) is not None
         exact = stone or (era is not None and (
             rec is not None and rec.pub_tag == msg.tag and rec.origin is None
             and rec.publisher is None and not rec.pub_settled))
