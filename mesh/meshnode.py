@@ -243,7 +243,9 @@ class MeshNode:
             _, msg_id, accepted, status, keys = item
             engine.handle(ev.PeerVerdict(now, src, msg_id, accepted, status, keys))
         elif kind == FORGET:
-            engine.handle(ev.RemoteForget(now, src, item[1], item[2] if len(item) > 2 else None))
+            accepted = item[2] if len(item) > 2 else None
+            description, info = (item[3], item[4]) if len(item) > 4 else ("", None)
+            engine.handle(ev.RemoteForget(now, src, item[1], accepted, description, info))
         elif kind == RETAIN and self.on_retained is not None:
             self.on_retained(src, item)
 
@@ -286,7 +288,10 @@ class MeshNode:
                     self._owed_forgets.setdefault(r, set()).add(action.msg_id)
                 else:
                     routers.append(r)
-            self._transmit(routers, [FORGET, action.msg_id, action.accepted], now)
+            item = [FORGET, action.msg_id, action.accepted]
+            if action.accepted is False and action.info:  # who failed, for resends
+                item += [action.description, action.info]
+            self._transmit(routers, item, now)
         elif isinstance(action, Subscribed):
             if action.topic_filter is None:
                 frame = self.gossip.local_detach(action.key)

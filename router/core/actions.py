@@ -182,16 +182,23 @@ class Verdict:
 class Forget:
     """The origin is done with a message: the destinations relay settlement and drop it.
     `accepted` is the mesh-wide outcome (None if there was none: the publisher withdrew it),
-    which a destination keeps as the message's tombstone for resends."""
+    which a destination keeps as the message's tombstone for resends; for a failure,
+    `description` and `info` are the publisher's own (who succeeded, failed and why), so
+    that a resend answered from the tombstone names them too."""
 
     routers: list[str]
     msg_id: str
     accepted: bool | None = None
+    description: str = ""
+    info: dict[str, Any] = field(default_factory=dict)
 
-    def __init__(self, routers: list[str], msg_id: str, accepted: bool | None = None) -> None:
+    def __init__(self, routers: list[str], msg_id: str, accepted: bool | None = None,
+                 description: str = "", info: dict[str, Any] | None = None) -> None:
         self.routers = routers
         self.msg_id = msg_id
         self.accepted = accepted
+        self.description = description
+        self.info = {} if info is None else info
 
 
 @dataclass(slots=True)

@@ -177,7 +177,8 @@ class Engine(FailoverMixin):
             self._peer_verdict(event.router, event.msg_id, event.accepted, event.status,
                                event.keys)
         elif isinstance(event, RemoteForget):
-            self._remote_forget(event.origin, event.msg_id, event.accepted)
+            self._remote_forget(event.origin, event.msg_id, event.accepted, event.description,
+                                event.info)
         elif isinstance(event, TimePassed):
             self._tick(self._now)
         else:
@@ -416,8 +417,7 @@ class Engine(FailoverMixin):
             # the record now (ids are unique per publisher, tag and, for a reused tag, salt).
             # Subscribers here it was owed to and the record lacks get their copy now, in the
             # order it came; the record still answers its own origin only.
-            if self._add_owed(live, owed):
-                live.outcome = None if live.answered is None else live.outcome
+            if self._add_owed(live, owed, undecide=live.answered is None):
                 self._decide(live)
             return
         self._seq += 1
@@ -486,16 +486,21 @@ class Engine(FailoverMixin):
         self._decide(rec)
         self._maybe_forget(rec)
 
-    def _remote_forget(self, origin: str, msg_id: str, accepted: bool | None) -> None:
+    def _remote_forget(self, origin: str, msg_id: str, accepted: bool | None,
+                       description: str, info: dict[str, Any] | None) -> None:
         """The origin is done with its message: relay settlement here, and drop the record
         once the copies still owed are answered (like a local publisher's settlement).
-        `accepted` is the mesh-wide outcome, if there was one."""
+        `accepted` is the mesh-wide outcome, if there was one; a failure comes with the
+        publisher's description and info, which a resend answered from the tombstone gets."""
         rec = self._mesh_records.get((origin, msg_id))
         if rec is not None:
-            if accepted is not None:
-                rec.final = ACCEPTED if accepted else Rejected(
-                    DELIVERY_FAILED, f"message {msg_id} failed at another router (this answer "
-                    "comes from a record of its outcome, kept for resends)", {})
+            if accepted:
+                rec.final = ACCEPTED
+            elif accepted is not None:
+                rec.final = Rejected(
+                    DELIVERY_FAILED, description or f"message {msg_id} failed at another "
+                    "router (this answer comes from a record of its outcome, kept for resends)",
+                    info or {})
             self._publisher_done(rec)
 
     # ------------------------------------------------------------------ messages
@@ -931,7 +936,12 @@ class Engine(FailoverMixin):
             del self._mesh_records[mesh_key]
         if rec.told:
             accepted = None if rec.outcome is None else rec.outcome is ACCEPTED
-            self._actions.append(Forget(sorted(rec.told), rec.id, accepted))
+            outcome = rec.outcome
+            if isinstance(outcome, Rejected):
+                self._actions.append(Forget(sorted(rec.told), rec.id, False,
+                                            outcome.description, outcome.info))
+            else:
+                self._actions.append(Forget(sorted(rec.told), rec.id, accepted))
         for copy in rec.copies.values():
             if not copy.sub_settled and copy.state == ACCEPTED_STATE:
                 # Relay the publisher's settlement to a subscriber still waiting for it.

@@ -215,16 +215,19 @@ class PeerVerdict(Event):
 
 
 class RemoteForget(Event):
-    """Router `origin` is done with its message `msg_id`; `accepted`: the mesh-wide outcome."""
+    """Router `origin` is done with its message `msg_id`; `accepted`: the mesh-wide outcome,
+    and for a failure the publisher's `description` and `info` (who failed, and why)."""
 
-    __slots__ = ("accepted", "msg_id", "origin")
+    __slots__ = ("accepted", "description", "info", "msg_id", "origin")
 
-    def __init__(self, now: float, origin: str, msg_id: str,
-                 accepted: bool | None = None) -> None:
+    def __init__(self, now: float, origin: str, msg_id: str, accepted: bool | None = None,
+                 description: str = "", info: dict[str, Any] | None = None) -> None:
         self.now = now
         self.origin = origin
         self.msg_id = msg_id
         self.accepted = accepted
+        self.description = description
+        self.info = info
 
 
 class RemoteSubscriberAdded(Event):

@@ -383,11 +383,10 @@ class FailoverMixin:
                 # pre-settled subscriber), and the record must not be decided without them.
                 self._owe_new_remotes(rec)
                 if self._owe_new_locals(rec):
-                    decided = rec.outcome = None
+                    decided = None
             if decided is not None and rec.outcome is not None:
                 self._actions.append(Decide(pub.link, tag, decided))
-            else:
-                rec.outcome = None
+            elif rec.outcome is None:  # (else a new copy, accepted as sent, decided it)
                 self._decide(rec)
             return True
         if rec is None and self._tombstones.get(msg_id) is not None and not settled:
@@ -412,12 +411,23 @@ class FailoverMixin:
     def _owe_new_locals(self: Engine, rec: Record) -> int:
         """Owe an adopted record to the local subscribers that match it now and have no copy
         of it: one may have moved here from a router that died with its copy."""
+        by_sid = self._by_sid
+        return self._add_locals(rec, [by_sid[sid] for sid in self._index.match(rec.address)],
+                                undecide=True)
+
+    def _add_locals(self: Engine, rec: Record, subs: list[Subscriber], undecide: bool) -> int:
+        """Add copies to an existing record for those of `subs` that have none yet. All are
+        added before any is sent: one accepted as it is sent (pre-settled) must not decide
+        the record without the others. With `undecide`, an outcome decided before them is
+        void (the record is decided again, with them) from before the first is sent."""
         have = {c.sub.key for c in rec.copies.values()}
-        subs = [self._by_sid[sid] for sid in self._index.match(rec.address)]
-        added = [sub for sub in subs if sub.key not in have]
+        added = [sub for sub in dict.fromkeys(subs) if sub.key not in have]
         for sub in added:
             self._add_copy(rec, sub)
             sub.queue.append(rec)
+        if added and undecide:
+            rec.outcome = None
+        for sub in added:
             self._pump(sub)
         return len(added)
 
@@ -476,9 +486,7 @@ class FailoverMixin:
             adopt_for(rec, origin)
             self._mesh_records[(origin, msg_id)] = rec
             rec.outcome = None
-        added = self._add_owed(rec, owed)
-        if added:
-            rec.outcome = None
+        self._add_owed(rec, owed)
         if rec.outcome is not None:  # decided before: say it again to whoever asks now
             self._actions.append(self._verdict(rec, rec.outcome))
         else:
@@ -515,19 +523,10 @@ class FailoverMixin:
         drop_parts(rec)
         self._mesh_records.pop((self.config.router_id, rec.id), None)
 
-    def _add_owed(self: Engine, rec: Record, owed: list[str]) -> int:
+    def _add_owed(self: Engine, rec: Record, owed: list[str], undecide: bool = True) -> int:
         """Add copies to an existing record for owed keys attached here and not in it yet."""
-        added = 0
-        have = {c.sub.key for c in rec.copies.values()}
-        for key in owed:
-            sub = self._by_key.get(key)
-            if sub is None or key in have:
-                continue
-            self._add_copy(rec, sub)
-            sub.queue.append(rec)
-            added += 1
-            self._pump(sub)
-        return added
+        by_key = self._by_key
+        return self._add_locals(rec, [by_key[k] for k in owed if k in by_key], undecide)
 
     def remembered(self: Engine, msg_id: str) -> Outcome | None:
         """The mesh-wide outcome of a forgotten delivery, while it is remembered."""
