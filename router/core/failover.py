@@ -427,6 +427,14 @@ class FailoverMixin:
             sub.queue.append(rec)
         if added and undecide:
             rec.outcome = None
+        if rec.expires is not None and rec.expires <= self._now:
+            # Owed to them after its ttl ran out (a late resend): the expiry is past, so
+            # they fail now, unsent, rather than wait for a deadline that will not come.
+            for sub in added:
+                copy = rec.copies[sub.sid]
+                if copy.state == CopyState.QUEUED:
+                    self._fail(rec, copy, "did not get it before its ttl ran out")
+            return len(added)
         for sub in added:
             self._pump(sub)
         return len(added)
