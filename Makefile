@@ -49,6 +49,8 @@ test: $(STAMP) $(ACCEL)
 	  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openjdk-17-jre-headless; } || \
 	  echo "make test: could not install a Java runtime; the Spark tests (tests/test_spark_*.py) will skip"
 	$(BIN)/ruff check .
+	@# The layers (pyproject.toml [tool.importlinter]; docs: shared DESIGN-NOTES "Layers").
+	$(BIN)/lint-imports --no-cache --no-logo
 	$(BIN)/python -m pytest -q -p no:cacheprovider
 	@# The unit tests of the compiled modules once more as plain Python: the fallback must hold.
 	EXACTMESH_PURE_PYTHON=1 $(BIN)/python -m pytest -q -p no:cacheprovider \
@@ -59,6 +61,7 @@ test: $(STAMP) $(ACCEL)
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
+	$(BIN)/lint-imports --no-cache --no-logo
 	$(BIN)/ruff format --check .
 
 bench: $(STAMP) $(ACCEL)
