@@ -34,7 +34,7 @@ from .resume import ResumeError, answer, publisher_resends, subscriber_resume
 from .sections import MalformedMessage, annotate, publisher_annotation, scan, with_redelivery
 
 if TYPE_CHECKING:
-    from router.runtime.node import Node
+    from router.ports import RuntimePort
 
 log = logging.getLogger("exactmesh.amqp")
 
@@ -81,7 +81,7 @@ class LinkState:
 
 
 class AmqpConnection:
-    def __init__(self, node: Node, peer: str) -> None:
+    def __init__(self, node: RuntimePort, peer: str) -> None:
         self.node = node
         self.engine = node.engine
         self.peer = peer

@@ -1,7 +1,7 @@
 """Retained messages (docs/mqtt.md, "Will and retained messages"): the last retained PUBLISH
 per topic, bounded by a count and a total size (the oldest is dropped first, with a log
-line). An empty retained payload clears the topic. Kept on the node (`store(node)`), so it
-outlives connections; not persisted.
+line). An empty retained payload clears the topic. The MQTT edge keeps one per router
+(`attach(node)`, in `mqtt_edge.session.MqttState`), so it outlives connections; not persisted.
 
 Every router of a mesh keeps a copy of the whole store: a retained PUBLISH (or its clearing)
 is stamped where a device sent it (wall-clock time, router id, a counter) and shared with
@@ -18,9 +18,12 @@ import logging
 import time
 from collections import OrderedDict
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .packets import EMPTY_PROPERTIES, Properties
+
+if TYPE_CHECKING:
+    from router.ports import RuntimePort
 
 log = logging.getLogger("exactmesh.mqtt")
 
@@ -197,30 +200,30 @@ class RetainedStore:
         return found
 
 
-def store(node: Any) -> RetainedStore:
-    """The router's retained store (kept on the node), wired to the mesh when there is one."""
-    s = getattr(node, "mqtt_retained", None)
-    if s is None:
-        s = node.mqtt_retained = RetainedStore(router=node.config.id)
-        mesh = getattr(node, "mesh", None)
-        if mesh is not None:
-            mesh.on_retained = lambda src, item: _merged(node, s, src, item)
-            mesh.retained_source = lambda router, reachable: s.for_router(
-                router, reachable, node.now())
+def attach(node: RuntimePort) -> RetainedStore:
+    """A retained store for this router, registered with the mesh when there is one (the
+    runtime attaches the mesh before it starts the edges)."""
+    s = RetainedStore(router=node.config.id)
+    mesh = node.mesh
+    if mesh is not None:
+        mesh.attach_retained(lambda src, item: _merged(node, s, src, item),
+                             lambda router, reachable: s.for_router(router, reachable,
+                                                                    node.now()))
     return s
 
 
-def _merged(node: Any, s: RetainedStore, src: str, item: list[Any]) -> None:
+def _merged(node: RuntimePort, s: RetainedStore, src: str, item: list[Any]) -> None:
     kept = s.merge(item, node.now())
     log.debug("router %s: retained message for %r from router %s %s", node.config.id, item[1],
               src, "kept" if kept else "older than ours, ignored")
 
 
-def retain(node: Any, topic: str, payload: bytes, qos: int, properties: Properties) -> None:
-    """A device of this router published `topic` with RETAIN: keep it and share it with every
-    router of the mesh."""
-    entry = store(node).put(topic, payload, qos, properties, node.now(), time.time())
-    mesh = getattr(node, "mesh", None)
+def retain(node: RuntimePort, s: RetainedStore, topic: str, payload: bytes, qos: int,
+           properties: Properties) -> None:
+    """A device of this router published `topic` with RETAIN: keep it in `s` and share it with
+    every router of the mesh."""
+    entry = s.put(topic, payload, qos, properties, node.now(), time.time())
+    mesh = node.mesh
     if entry is None or mesh is None:
         return
     item = entry.wire(node.now())
