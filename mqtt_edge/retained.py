@@ -20,6 +20,8 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from router.core.topics import matches
+
 from .packets import EMPTY_PROPERTIES, Properties
 
 if TYPE_CHECKING:
@@ -71,23 +73,6 @@ class Retained:
         values = dict(self.properties.items())
         values["message_expiry_interval"] = left
         return Properties(**values)
-
-
-def topic_matches(topic_filter: str, topic: str) -> bool:
-    """MQTT topic filter matching (5.0 section 4.7), with the rule that a filter starting
-    with a wildcard does not match a topic starting with '$'."""
-    if topic.startswith("$") and topic_filter[:1] in ("#", "+"):
-        return False
-    fparts = topic_filter.split("/")
-    tparts = topic.split("/")
-    for i, f in enumerate(fparts):
-        if f == "#":
-            return True
-        if i >= len(tparts):
-            return False
-        if f != "+" and f != tparts[i]:
-            return False
-    return len(fparts) == len(tparts)
 
 
 RETAIN_ITEM = "retain"  # the mesh item's kind (mesh/meshnode.py)
@@ -185,11 +170,13 @@ class RetainedStore:
 
     def matching(self, topic_filter: str, now: float) -> list[tuple[Retained, Properties]]:
         """The retained messages whose topic matches `topic_filter`, oldest first, with the
-        properties to send them with; expired ones are dropped. O(retained topics)."""
+        properties to send them with; expired ones are dropped. O(retained topics), by the
+        router's one topic matcher (router.core.topics; topic and filter were validated when
+        they came in, so it raises nothing here)."""
         found = []
         expired = []
         for topic, r in self._by_topic.items():
-            if r.payload and topic_matches(topic_filter, topic):
+            if r.payload and matches(topic_filter, topic):
                 props = r.properties_at(now)
                 if props is None:
                     expired.append(topic)
