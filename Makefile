@@ -11,7 +11,8 @@ STAMP   := $(VENV)/.installed-stamp
 ACCEL   := $(VENV)/.accel-stamp
 # The modules router/accel.py compiles (its MODULES; tests/test_accel.py checks they match).
 ACCEL_SRC := mqtt_edge/codec.py mqtt_edge/mapping.py mqtt_edge/session.py mqtt_edge/reactor.py \
-  router/core/engine.py router/core/failover.py router/core/records.py router/core/actions.py router/core/topics.py
+  router/core/engine.py router/core/failover.py router/core/records.py router/core/actions.py router/core/topics.py \
+  router/core/message.py
 
 .PHONY: demo test lint bench venv accel clean
 

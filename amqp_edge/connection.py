@@ -26,12 +26,18 @@ from proton import (
 
 from router.core.actions import Accepted, CloseLink, Credit, Decide, Send, SettleCopy
 from router.core.engine import Disposition
+from router.core.message import (
+    MalformedMessage,
+    annotate,
+    publisher_annotation,
+    scan,
+    with_redelivery,
+)
 from router.core.records import ALL, MODES, LinkIdentity
 from router.core.topics import TopicError, validate_filter, validate_topic
 
 from . import pn
 from .resume import ResumeError, answer, publisher_resends, subscriber_resume
-from .sections import MalformedMessage, annotate, publisher_annotation, scan, with_redelivery
 
 if TYPE_CHECKING:
     from router.ports import RuntimePort
