@@ -542,8 +542,10 @@ def encode_message(name: str, topic: str, seq: int, body: bytes | str,
             body, to=topic, message_id=f"{name}:{seq}", durable=True,
             ttl_ms=None if ttl is None else int(ttl * 1000),  # as proton rounds it
             application_properties=properties)
-    except message.Unsupported:
-        pass  # a value of a type it does not write (a proton symbol, a uuid, ...): proton
+    except (message.Unsupported, TypeError):
+        # A value of a type it does not write (a proton symbol, a uuid, ...; compiled, a
+        # properties object that is not a dict): proton's encoder, as before.
+        pass
     msg = Message(body=body, address=topic, id=f"{name}:{seq}", properties=properties,
                   durable=True)
     if ttl is not None:

@@ -54,6 +54,8 @@ FORMAT_KEY = "x-opt-mqtt-payload-format"
 PUBLISHER_KEY = message.PUBLISHER_KEY.decode()
 REPEATED_KEY = "x-opt-mqtt-user-properties"  # the full list, when a name repeats
 
+_DATA8 = DATA + b"\xa0"  # a Data section's head, vbin8: the size byte follows
+_DATA32 = DATA + b"\xb0"  # ... vbin32
 _QOS_ENTRY = [symbol(QOS_KEY) + b"\x50" + bytes((q,)) for q in range(3)]
 _FORMAT_ENTRY = symbol(FORMAT_KEY) + b"\x50\x01"
 
@@ -134,8 +136,7 @@ def _encode_plain(topic: str, payload: bytes, qos: int, publisher: str) -> bytes
             _props_sections.clear()
         _props_sections[topic] = props
     n = len(payload)
-    body = (DATA + b"\xa0" + bytes((n,)) if n < 256
-            else DATA + b"\xb0" + n.to_bytes(4, "big"))
+    body = _DATA8 + bytes((n,)) if n < 256 else _DATA32 + n.to_bytes(4, "big")
     message = b"".join((head, props, body, payload))
     if len(payload) <= _DECODED_PAYLOAD:
         if len(_decoded) >= _DECODED_MAX:

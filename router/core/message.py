@@ -513,7 +513,7 @@ def _delivery_mode(buf: _Buffer, pos: int, end: int) -> tuple[str | None, int]:
     return mode, stop
 
 
-def scan(payload: bytes | memoryview) -> MessageInfo:
+def scan(payload: bytes | bytearray | memoryview) -> MessageInfo:
     """Read ttl, durable and delivery-count from the header (3.2.1) and x-opt-delivery-mode from
     the message-annotations (3.2.3) of an encoded message, skipping delivery-annotations (3.2.2)
     and stopping, unparsed, at the first later section. Raise MalformedMessage on bad bytes."""
@@ -572,10 +572,13 @@ def publisher_annotation(identity: str) -> bytes:
     return symbol(PUBLISHER_KEY.decode()) + string(identity)
 
 
-def annotate(payload: bytes, info: MessageInfo, entry: bytes) -> bytes:
-    """`payload` with `entry` (one encoded key and value) added to its message-annotations
+def annotate(data: bytes | bytearray | memoryview, info: MessageInfo, entry: bytes) -> bytes:
+    """`data` with `entry` (one encoded key and value) added to its message-annotations
     (3.2.3), or a message-annotations section holding it put where one belongs; `info` is what
-    :func:`scan` said of the payload. Every other byte is kept as is."""
+    :func:`scan` said of it. Every other byte is kept as is."""
+    # mypyc holds the types to their annotations: a bytearray (what proton's Message.encode
+    # gives) is copied once; the router's own payloads are bytes already.
+    payload = data if type(data) is bytes else bytes(data)
     if info.annotations_at < 0:
         where = info.annotations_end
         body = b"\xc1" + bytes((len(entry) + 1, 2)) + entry if len(entry) < 255 else \
@@ -592,7 +595,7 @@ def annotate(payload: bytes, info: MessageInfo, entry: bytes) -> bytes:
 _HEADER_PREFIX = b"\x00\x53\x70\xc0"  # described, smallulong 0x70 (header, 3.2.1), list8
 
 
-def with_redelivery(payload: bytes, delivery_count: int) -> bytes:
+def with_redelivery(payload: bytes | bytearray | memoryview, delivery_count: int) -> bytes:
     """Return `payload` with its header (3.2.1) replaced, or one put in front when it has none,
     so that delivery-count is `delivery_count` and first-acquirer is false: the message is being
     delivered again (the delivery-count and first-acquirer fields of 3.2.1). Durable, priority
