@@ -12,7 +12,7 @@ ACCEL   := $(VENV)/.accel-stamp
 # The modules router/accel.py compiles (its MODULES; tests/test_accel.py checks they match).
 ACCEL_SRC := mqtt_edge/codec.py mqtt_edge/mapping.py mqtt_edge/session.py mqtt_edge/reactor.py \
   router/core/engine.py router/core/failover.py router/core/records.py router/core/actions.py router/core/topics.py \
-  router/core/transitions.py router/core/events.py
+  router/core/transitions.py router/core/events.py router/core/message.py
 
 .PHONY: demo test lint bench venv accel clean
 
@@ -50,6 +50,8 @@ test: $(STAMP) $(ACCEL)
 	  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openjdk-17-jre-headless; } || \
 	  echo "make test: could not install a Java runtime; the Spark tests (tests/test_spark_*.py) will skip"
 	$(BIN)/ruff check .
+	@# The layers (pyproject.toml [tool.importlinter]; docs: shared DESIGN-NOTES "Layers").
+	$(BIN)/lint-imports --no-cache --no-logo
 	$(BIN)/python -m pytest -q -p no:cacheprovider
 	@# The unit tests of the compiled modules once more as plain Python: the fallback must hold.
 	EXACTMESH_PURE_PYTHON=1 $(BIN)/python -m pytest -q -p no:cacheprovider \
@@ -60,6 +62,7 @@ test: $(STAMP) $(ACCEL)
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
+	$(BIN)/lint-imports --no-cache --no-logo
 	$(BIN)/ruff format --check .
 
 bench: $(STAMP) $(ACCEL)

@@ -27,15 +27,21 @@ from proton import (
 from router.core import events as ev
 from router.core.actions import Accepted, CloseLink, Credit, Decide, Send, SettleCopy
 from router.core.engine import Disposition
+from router.core.message import (
+    MalformedMessage,
+    annotate,
+    publisher_annotation,
+    scan,
+    with_redelivery,
+)
 from router.core.records import ALL, MODES, LinkIdentity
 from router.core.topics import TopicError, validate_filter, validate_topic
 
 from . import pn
 from .resume import ResumeError, answer, publisher_resends, subscriber_resume
-from .sections import MalformedMessage, annotate, publisher_annotation, scan, with_redelivery
 
 if TYPE_CHECKING:
-    from router.runtime.node import Node
+    from router.ports import RuntimePort
 
 log = logging.getLogger("exactmesh.amqp")
 
@@ -82,7 +88,7 @@ class LinkState:
 
 
 class AmqpConnection:
-    def __init__(self, node: Node, peer: str) -> None:
+    def __init__(self, node: RuntimePort, peer: str) -> None:
         self.node = node
         self.engine = node.engine
         self.peer = peer

@@ -11,13 +11,16 @@ from __future__ import annotations
 import logging
 import math
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import trio
 
 from router.config import HostPort
 
 from .connection import AmqpConnection
+
+if TYPE_CHECKING:
+    from router.ports import RuntimePort
 
 log = logging.getLogger("exactmesh.amqp")
 
@@ -26,14 +29,14 @@ CLOSE_GRACE = 2.0  # seconds a closing connection gets to send its last frames
 
 
 async def serve_amqp(
-    node: Any, where: HostPort, *, task_status: Any = trio.TASK_STATUS_IGNORED
+    node: RuntimePort, where: HostPort, *, task_status: Any = trio.TASK_STATUS_IGNORED
 ) -> None:
     listeners = await trio.open_tcp_listeners(where.port, host=where.host)
     task_status.started(listeners)
     await trio.serve_listeners(partial(_serve_connection, node), listeners)
 
 
-async def _serve_connection(node: Any, stream: trio.SocketStream) -> None:
+async def _serve_connection(node: RuntimePort, stream: trio.SocketStream) -> None:
     try:
         peer = "{}:{}".format(*stream.socket.getpeername()[:2])
     except OSError:

@@ -71,9 +71,9 @@ class MeshNode:
         self._run_dests: tuple[str, ...] = ()
         self._run_items: list[list] = []
         self._now = 0.0
-        # MQTT retained messages (set by the MQTT edge; without one they are not kept here):
-        # what to do with one another router shared, and this router's own, for a router
-        # that becomes reachable.
+        # MQTT retained messages (registered by the MQTT edge, `attach_retained`; without one
+        # they are not kept here): what to do with one another router shared, and this
+        # router's own, for a router that becomes reachable.
         self.on_retained: Callable[[str, list], Any] | None = None
         self.retained_source: Callable[[str, set[str]], list[list]] | None = None
         self._reached: set[str] = set()
@@ -250,6 +250,14 @@ class MeshNode:
             self.on_retained(src, item)
 
     # ------------------------------------------------------------------ retained (MQTT)
+
+    def attach_retained(self, on_item: Callable[[str, list], Any],
+                        source: Callable[[str, set[str]], list[list]]) -> None:
+        """The MQTT edge's retained store registers here (router.ports.MeshPort):
+        `on_item(src, item)` for an entry another router shares, `source(router, reachable)`
+        for the entries to send a router that just became reachable."""
+        self.on_retained = on_item
+        self.retained_source = source
 
     def share_retained(self, item: list, now: float) -> None:
         """Send a retained message (or its clearing) of a local device to every reachable

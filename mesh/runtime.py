@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import math
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import trio
 
@@ -20,13 +20,16 @@ from .frames import FrameError
 from .meshnode import MeshNode
 from .peers import PeerLink, PeerManager, PeerSettings
 
+if TYPE_CHECKING:
+    from router.ports import RuntimePort
+
 log = logging.getLogger("exactmesh.mesh")
 
 FRAME_OVERHEAD = 64 * 1024  # room in a frame beyond the message itself
 
 
 class MeshRuntime:
-    def __init__(self, node: Any, config: RouterConfig) -> None:
+    def __init__(self, node: RuntimePort, config: RouterConfig) -> None:
         self.node = node
         self.config = config
         # A fresh incarnation at every start, and a larger one than the last: "newer wins"
@@ -52,8 +55,7 @@ class MeshRuntime:
         )
         self.peers = PeerManager(settings, self._on_up, self._on_frame, self._on_down)
         self._wake = trio.Event()
-        node.mesh = self.mesh
-        node.mesh_output = self.output
+        node.attach_mesh(self.mesh, self.output)  # the runtime's port (router/ports.py)
 
     # ---------------------------------------------------------------- callbacks
 

@@ -17,10 +17,10 @@ it delivers to an MQTT subscriber. The mapping (docs/mqtt.md has it as a table):
 | user properties             | application-properties (string -> string)                   |
 | (the publishing client)     | message-annotations `x-opt-exactmesh-publisher`              |
 
-The common shapes are encoded and decoded here by hand (a few microseconds); anything else
-(user properties with a repeated name, AMQP bodies other than Data / a string / binary value,
-AMQP types this reader does not know) goes through python-qpid-proton's ``Message``, which is
-slower (20-40 us) but complete.
+The common shapes are encoded and decoded by the router's AMQP message codec,
+`router.core.message` (a few microseconds); anything else (user properties with a repeated
+name, AMQP bodies other than Data / a string / binary value, AMQP types that codec does not
+read) goes through python-qpid-proton's ``Message``, which is slower (20-40 us) but complete.
 """
 
 from __future__ import annotations
@@ -29,52 +29,35 @@ import struct
 from dataclasses import dataclass
 from typing import Any
 
+from router.core import message
+from router.core.message import (
+    APPLICATION_PROPERTIES,
+    DATA,
+    HEADER,
+    MESSAGE_ANNOTATIONS,
+    PROPERTIES,
+    Unsupported,
+    binary,
+    compound,
+    map_of,
+    read_value,
+    string,
+    symbol,
+)
+
 from .packets import EMPTY_PROPERTIES, Properties
 
 __all__ = ["Decoded", "decode", "encode"]
 
 QOS_KEY = "x-opt-mqtt-qos"
 FORMAT_KEY = "x-opt-mqtt-payload-format"
-PUBLISHER_KEY = "x-opt-exactmesh-publisher"
+PUBLISHER_KEY = message.PUBLISHER_KEY.decode()
 REPEATED_KEY = "x-opt-mqtt-user-properties"  # the full list, when a name repeats
 
-_u32 = struct.Struct(">I")
-_u16 = struct.Struct(">H")
-_u64 = struct.Struct(">Q")
-
-
-def _str(code8: int, code32: int, raw: bytes) -> bytes:
-    n = len(raw)
-    if n < 256:
-        return bytes((code8, n)) + raw
-    return bytes((code32,)) + _u32.pack(n) + raw
-
-
-def _string(text: str) -> bytes:
-    return _str(0xA1, 0xB1, text.encode())
-
-
-def _symbol(text: str) -> bytes:
-    return _str(0xA3, 0xB3, text.encode())
-
-
-def _binary(raw: bytes) -> bytes:
-    return _str(0xA0, 0xB0, raw)
-
-
-def _compound(code8: int, code32: int, count: int, items: bytes) -> bytes:
-    size = len(items) + 1
-    if size < 256 and count < 256:
-        return bytes((code8, size, count)) + items
-    return bytes((code32,)) + _u32.pack(len(items) + 4) + _u32.pack(count) + items
-
-
-def _map(pairs: list[bytes]) -> bytes:
-    return _compound(0xC1, 0xD1, 2 * len(pairs), b"".join(pairs))
-
-
-_QOS_ENTRY = [_symbol(QOS_KEY) + b"\x50" + bytes((q,)) for q in range(3)]
-_FORMAT_ENTRY = _symbol(FORMAT_KEY) + b"\x50\x01"
+_DATA8 = DATA + b"\xa0"  # a Data section's head, vbin8: the size byte follows
+_DATA32 = DATA + b"\xb0"  # ... vbin32
+_QOS_ENTRY = [symbol(QOS_KEY) + b"\x50" + bytes((q,)) for q in range(3)]
+_FORMAT_ENTRY = symbol(FORMAT_KEY) + b"\x50\x01"
 
 
 # The common case, a PUBLISH without properties (every 3.1.1 PUBLISH), is encoded from a
@@ -103,33 +86,34 @@ def encode(
     if expiry:
         ttl = min(expiry * 1000, 0xFFFFFFFF)
         # header: list [durable=false, priority=null, ttl=uint]
-        out.append(b"\x00\x53\x70\xc0\x08\x03\x42\x40\x70" + _u32.pack(ttl))
+        out.append(HEADER + b"\xc0\x08\x03\x42\x40\x70" + ttl.to_bytes(4, "big"))
     ann = [_QOS_ENTRY[qos]]
     if props and props.payload_format_indicator == 1:
         ann.append(_FORMAT_ENTRY)
     if publisher:
-        ann.append(_symbol(PUBLISHER_KEY) + _string(publisher))
+        ann.append(symbol(PUBLISHER_KEY) + string(publisher))
     user = props.user_properties if props else ()
     names = [k for k, _ in user]
     repeated = len(set(names)) != len(names)
     if repeated:
-        ann.append(_symbol(REPEATED_KEY) + _encode_pairs(user))
-    out.append(b"\x00\x53\x72" + _map(ann))
+        ann.append(symbol(REPEATED_KEY) + _encode_pairs(user))
+    out.append(MESSAGE_ANNOTATIONS + map_of(ann))
     # properties: message-id, user-id, to, subject, reply-to, correlation-id, content-type
-    fields = [b"\x40", b"\x40", _string(topic)]
+    fields = [b"\x40", b"\x40", string(topic)]
     if props:
         ct, rt, cd = props.content_type, props.response_topic, props.correlation_data
         if ct is not None or rt is not None or cd is not None:
-            fields += [b"\x40", _string(rt) if rt is not None else b"\x40",
-                       _binary(cd) if cd is not None else b"\x40",
-                       _symbol(ct) if ct is not None else b"\x40"]
-    out.append(b"\x00\x53\x73" + _compound(0xC0, 0xD0, len(fields), b"".join(fields)))
+            fields += [b"\x40", string(rt) if rt is not None else b"\x40",
+                       binary(cd) if cd is not None else b"\x40",
+                       symbol(ct) if ct is not None else b"\x40"]
+    out.append(PROPERTIES + compound(0xC0, 0xD0, len(fields), b"".join(fields)))
     if user:
         seen: dict[str, str] = {}
         for k, v in user:
             seen.setdefault(k, v)  # a repeated name: the first value here, all in REPEATED_KEY
-        out.append(b"\x00\x53\x74" + _map([_string(k) + _string(v) for k, v in seen.items()]))
-    out.append(b"\x00\x53\x75" + _binary(payload))
+        out.append(APPLICATION_PROPERTIES
+                   + map_of([string(k) + string(v) for k, v in seen.items()]))
+    out.append(DATA + binary(payload))
     return b"".join(out)
 
 
@@ -140,20 +124,19 @@ def _encode_plain(topic: str, payload: bytes, qos: int, publisher: str) -> bytes
     if head is None:
         ann = [_QOS_ENTRY[qos]]
         if publisher:
-            ann.append(_symbol(PUBLISHER_KEY) + _string(publisher))
-        head = b"\x00\x53\x72" + _map(ann)
+            ann.append(symbol(PUBLISHER_KEY) + string(publisher))
+        head = MESSAGE_ANNOTATIONS + map_of(ann)
         if len(_annotations) >= _ANNOTATIONS_MAX:
             _annotations.clear()
         _annotations[(qos, publisher)] = head
     props = _props_sections.get(topic)
     if props is None:  # the properties section: message-id and user-id null, `to` the topic
-        props = b"\x00\x53\x73" + _compound(0xC0, 0xD0, 3, b"\x40\x40" + _string(topic))
+        props = PROPERTIES + compound(0xC0, 0xD0, 3, b"\x40\x40" + string(topic))
         if len(_props_sections) >= _ANNOTATIONS_MAX:
             _props_sections.clear()
         _props_sections[topic] = props
     n = len(payload)
-    body = (b"\x00\x53\x75\xa0" + bytes((n,)) if n < 256
-            else b"\x00\x53\x75\xb0" + _u32.pack(n))
+    body = _DATA8 + bytes((n,)) if n < 256 else _DATA32 + n.to_bytes(4, "big")
     message = b"".join((head, props, body, payload))
     if len(payload) <= _DECODED_PAYLOAD:
         if len(_decoded) >= _DECODED_MAX:
@@ -163,8 +146,8 @@ def _encode_plain(topic: str, payload: bytes, qos: int, publisher: str) -> bytes
 
 
 def _encode_pairs(pairs: tuple[tuple[str, str], ...]) -> bytes:
-    items = [_compound(0xC0, 0xD0, 2, _string(k) + _string(v)) for k, v in pairs]
-    return _compound(0xC0, 0xD0, len(items), b"".join(items))
+    items = [compound(0xC0, 0xD0, 2, string(k) + string(v)) for k, v in pairs]
+    return compound(0xC0, 0xD0, len(items), b"".join(items))
 
 
 # ---------------------------------------------------------------------------------- decoding
@@ -188,82 +171,6 @@ class Decoded:
         self.properties = properties
 
 
-class _Unknown(Exception):
-    """Something the fast reader does not handle: use proton."""
-
-
-def _value(buf: bytes, pos: int) -> tuple[Any, int]:
-    """One AMQP value (1.6) at `pos`: (value, next position). Raises _Unknown for types and
-    shapes this reader leaves to proton, IndexError/struct.error on truncation."""
-    code = buf[pos]
-    pos += 1
-    if code == 0x00:  # described: skip the descriptor, keep the value
-        _, pos = _value(buf, pos)
-        return _value(buf, pos)
-    if code == 0x40:
-        return None, pos
-    if code in (0xA1, 0xA3, 0xA0):
-        n = buf[pos]
-        raw = buf[pos + 1:pos + 1 + n]
-        if len(raw) != n:
-            raise _Unknown
-        return (raw if code == 0xA0 else raw.decode()), pos + 1 + n
-    if code in (0xB1, 0xB3, 0xB0):
-        n = _u32.unpack_from(buf, pos)[0]
-        raw = buf[pos + 4:pos + 4 + n]
-        if len(raw) != n:
-            raise _Unknown
-        return (raw if code == 0xB0 else raw.decode()), pos + 4 + n
-    if code == 0x41:
-        return True, pos
-    if code == 0x42:
-        return False, pos
-    if code == 0x56:
-        return bool(buf[pos]), pos + 1
-    if code in (0x43, 0x44):
-        return 0, pos
-    if code in (0x50, 0x52, 0x53):
-        return buf[pos], pos + 1
-    if code in (0x51, 0x54, 0x55):
-        v = buf[pos]
-        return (v - 256 if v > 127 else v), pos + 1
-    if code == 0x60:
-        return _u16.unpack_from(buf, pos)[0], pos + 2
-    if code == 0x61:
-        return struct.unpack_from(">h", buf, pos)[0], pos + 2
-    if code == 0x70:
-        return _u32.unpack_from(buf, pos)[0], pos + 4
-    if code == 0x71:
-        return struct.unpack_from(">i", buf, pos)[0], pos + 4
-    if code in (0x80, 0x83):  # ulong, timestamp
-        return _u64.unpack_from(buf, pos)[0], pos + 8
-    if code == 0x81:
-        return struct.unpack_from(">q", buf, pos)[0], pos + 8
-    if code == 0x45:
-        return [], pos
-    if code in (0xC0, 0xC1, 0xD0, 0xD1):
-        if code in (0xC0, 0xC1):
-            size, count = buf[pos], buf[pos + 1]
-            start, end = pos + 2, pos + 1 + size
-        else:
-            size, count = _u32.unpack_from(buf, pos)[0], _u32.unpack_from(buf, pos + 4)[0]
-            start, end = pos + 8, pos + 4 + size
-        items: list[Any] = []
-        p = start
-        for _ in range(count):
-            item, p = _value(buf, p)  # not `v`: mypyc types a local by its first assignment
-            items.append(item)
-        if p != end:
-            raise _Unknown
-        if code in (0xC1, 0xD1):
-            if count % 2:
-                raise _Unknown
-            # A map, as its (key, value) pairs (keys may be unhashable lists in theory).
-            return list(zip(items[0::2], items[1::2], strict=True)), end
-        return items, end
-    raise _Unknown  # arrays, floats, uuids, chars, decimals: proton
-
-
 def decode(payload: bytes) -> Decoded:
     """Read an AMQP message for an MQTT subscriber. Raises ValueError if it is not one."""
     if type(payload) is bytes and len(payload) <= _DECODED_PAYLOAD + 1024:
@@ -272,7 +179,7 @@ def decode(payload: bytes) -> Decoded:
             return known
     try:
         return _fast_decode(payload)
-    except _Unknown:
+    except Unsupported:
         pass
     except (IndexError, struct.error, UnicodeDecodeError, RecursionError) as err:
         raise ValueError(f"not a well-formed AMQP message: {err!r}") from None
@@ -291,9 +198,9 @@ def _fast_decode(buf: bytes) -> Decoded:
     body: list[bytes] = []
     while pos < n:
         if buf[pos] != 0x00 or buf[pos + 1] != 0x53:
-            raise _Unknown
+            raise Unsupported
         section = buf[pos + 2]
-        value, pos = _value(buf, pos + 3)
+        value, pos = read_value(buf, pos + 3)
         if section == 0x70:  # header
             if isinstance(value, list) and len(value) > 2:
                 ttl = value[2]
@@ -330,11 +237,11 @@ def _fast_decode(buf: bytes) -> Decoded:
             elif value is None:
                 pass
             else:
-                raise _Unknown
+                raise Unsupported
         elif section in (0x71, 0x78):
             pass  # delivery-annotations, footer
         else:
-            raise _Unknown  # amqp-sequence bodies
+            raise Unsupported  # amqp-sequence bodies
     if repeated is not None:
         user = repeated
     props = _properties(ttl, fmt, content_type, reply_to, correlation, user)

@@ -1,7 +1,7 @@
 """Retained messages (docs/mqtt.md, "Will and retained messages"): the last retained PUBLISH
 per topic, bounded by a count and a total size (the oldest is dropped first, with a log
-line). An empty retained payload clears the topic. Kept on the node (`store(node)`), so it
-outlives connections; not persisted.
+line). An empty retained payload clears the topic. The MQTT edge keeps one per router
+(`attach(node)`, in `mqtt_edge.session.MqttState`), so it outlives connections; not persisted.
 
 Every router of a mesh keeps a copy of the whole store: a retained PUBLISH (or its clearing)
 is stamped where a device sent it (wall-clock time, router id, a counter) and shared with
@@ -18,9 +18,14 @@ import logging
 import time
 from collections import OrderedDict
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+from router.core.topics import matches
 
 from .packets import EMPTY_PROPERTIES, Properties
+
+if TYPE_CHECKING:
+    from router.ports import RuntimePort
 
 log = logging.getLogger("exactmesh.mqtt")
 
@@ -68,23 +73,6 @@ class Retained:
         values = dict(self.properties.items())
         values["message_expiry_interval"] = left
         return Properties(**values)
-
-
-def topic_matches(topic_filter: str, topic: str) -> bool:
-    """MQTT topic filter matching (5.0 section 4.7), with the rule that a filter starting
-    with a wildcard does not match a topic starting with '$'."""
-    if topic.startswith("$") and topic_filter[:1] in ("#", "+"):
-        return False
-    fparts = topic_filter.split("/")
-    tparts = topic.split("/")
-    for i, f in enumerate(fparts):
-        if f == "#":
-            return True
-        if i >= len(tparts):
-            return False
-        if f != "+" and f != tparts[i]:
-            return False
-    return len(fparts) == len(tparts)
 
 
 RETAIN_ITEM = "retain"  # the mesh item's kind (mesh/meshnode.py)
@@ -182,11 +170,13 @@ class RetainedStore:
 
     def matching(self, topic_filter: str, now: float) -> list[tuple[Retained, Properties]]:
         """The retained messages whose topic matches `topic_filter`, oldest first, with the
-        properties to send them with; expired ones are dropped. O(retained topics)."""
+        properties to send them with; expired ones are dropped. O(retained topics), by the
+        router's one topic matcher (router.core.topics; topic and filter were validated when
+        they came in, so it raises nothing here)."""
         found = []
         expired = []
         for topic, r in self._by_topic.items():
-            if r.payload and topic_matches(topic_filter, topic):
+            if r.payload and matches(topic_filter, topic):
                 props = r.properties_at(now)
                 if props is None:
                     expired.append(topic)
@@ -197,30 +187,30 @@ class RetainedStore:
         return found
 
 
-def store(node: Any) -> RetainedStore:
-    """The router's retained store (kept on the node), wired to the mesh when there is one."""
-    s = getattr(node, "mqtt_retained", None)
-    if s is None:
-        s = node.mqtt_retained = RetainedStore(router=node.config.id)
-        mesh = getattr(node, "mesh", None)
-        if mesh is not None:
-            mesh.on_retained = lambda src, item: _merged(node, s, src, item)
-            mesh.retained_source = lambda router, reachable: s.for_router(
-                router, reachable, node.now())
+def attach(node: RuntimePort) -> RetainedStore:
+    """A retained store for this router, registered with the mesh when there is one (the
+    runtime attaches the mesh before it starts the edges)."""
+    s = RetainedStore(router=node.config.id)
+    mesh = node.mesh
+    if mesh is not None:
+        mesh.attach_retained(lambda src, item: _merged(node, s, src, item),
+                             lambda router, reachable: s.for_router(router, reachable,
+                                                                    node.now()))
     return s
 
 
-def _merged(node: Any, s: RetainedStore, src: str, item: list[Any]) -> None:
+def _merged(node: RuntimePort, s: RetainedStore, src: str, item: list[Any]) -> None:
     kept = s.merge(item, node.now())
     log.debug("router %s: retained message for %r from router %s %s", node.config.id, item[1],
               src, "kept" if kept else "older than ours, ignored")
 
 
-def retain(node: Any, topic: str, payload: bytes, qos: int, properties: Properties) -> None:
-    """A device of this router published `topic` with RETAIN: keep it and share it with every
-    router of the mesh."""
-    entry = store(node).put(topic, payload, qos, properties, node.now(), time.time())
-    mesh = getattr(node, "mesh", None)
+def retain(node: RuntimePort, s: RetainedStore, topic: str, payload: bytes, qos: int,
+           properties: Properties) -> None:
+    """A device of this router published `topic` with RETAIN: keep it in `s` and share it with
+    every router of the mesh."""
+    entry = s.put(topic, payload, qos, properties, node.now(), time.time())
+    mesh = node.mesh
     if entry is None or mesh is None:
         return
     item = entry.wire(node.now())

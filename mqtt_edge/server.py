@@ -23,15 +23,17 @@ import logging
 import math
 import socket
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import trio
 
 from router.config import HostPort
 
-from . import retained
 from .reactor import Output, Reactor
-from .session import MqttConnection
+from .session import MqttConnection, MqttState
+
+if TYPE_CHECKING:
+    from router.ports import RuntimePort
 
 log = logging.getLogger("exactmesh.mqtt")
 
@@ -39,16 +41,18 @@ CLOSE_GRACE = 1.0  # seconds a closing connection gets to send its last packets
 
 
 async def serve_mqtt(
-    node: Any, where: HostPort, *, task_status: Any = trio.TASK_STATUS_IGNORED
+    node: RuntimePort, where: HostPort, *, task_status: Any = trio.TASK_STATUS_IGNORED
 ) -> None:
     listeners = await trio.open_tcp_listeners(where.port, host=where.host)
-    retained.store(node)  # now, so that retained messages other routers share are kept
+    # The edge's per-router state (sessions, retained store), kept here for as long as the
+    # edge serves: made now, so that retained messages other routers share are kept.
+    state = MqttState(node)
     reactor = Reactor(node.now)
     try:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(_run_reactor, reactor)
             task_status.started(listeners)
-            await trio.serve_listeners(partial(_serve_connection, node, reactor), listeners)
+            await trio.serve_listeners(partial(_serve_connection, node, state, reactor), listeners)
     finally:
         reactor.ep.close()
 
@@ -73,14 +77,15 @@ async def _run_reactor(reactor: Reactor) -> None:
         reactor.drain()
 
 
-async def _serve_connection(node: Any, reactor: Reactor, stream: trio.SocketStream) -> None:
+async def _serve_connection(node: RuntimePort, state: MqttState, reactor: Reactor,
+                            stream: trio.SocketStream) -> None:
     try:
         peer = "{}:{}".format(*stream.socket.getpeername()[:2])
     except OSError:
         peer = "?"
     with contextlib.suppress(OSError):
         stream.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, True)
-    conn = MqttConnection(node, peer)
+    conn = MqttConnection(node, peer, state)
     wake = _Wake()
     fd = stream.socket.fileno()
     out = Output(conn, fd, reactor.cycle, wake)

@@ -64,7 +64,7 @@ from .reason_codes import ReasonCode as RC
 from .reason_codes import reason_name
 
 if TYPE_CHECKING:
-    from router.runtime.node import Node
+    from router.ports import RuntimePort
 
 log = logging.getLogger("exactmesh.mqtt")
 
@@ -97,13 +97,17 @@ NEVER_EXPIRES = 0xFFFFFFFF
 CONNECT_TIMEOUT = 10.0  # seconds a new connection has to send CONNECT
 
 
-def _sessions(node: Node) -> dict[str, SessionState]:
-    """The router's MQTT sessions by client id (kept on the node, which outlives connections)."""
-    registry = getattr(node, "mqtt_sessions", None)
-    if registry is None:
-        registry = {}
-        node.mqtt_sessions = registry  # type: ignore[attr-defined]
-    return registry
+class MqttState:
+    """What the MQTT edge keeps per router, across its connections: the sessions by client id
+    and the retained store (wired to the mesh). `serve_mqtt` makes one and gives it to every
+    connection; the runtime keeps none of it (router/ports.py)."""
+
+    __slots__ = ("node", "retained", "sessions")
+
+    def __init__(self, node: RuntimePort) -> None:
+        self.node = node
+        self.sessions: dict[str, SessionState] = {}
+        self.retained = retained.attach(node)
 
 
 class SessionState:
@@ -132,7 +136,7 @@ class SessionState:
         self.next_pid = 1
         # A will waiting for its Will Delay Interval (5.0) while the client is away.
         self.will: Will | None = None
-        self.will_timer: Any = None  # its trio.CancelScope
+        self.will_timer: Any = None  # its handle (RuntimePort.call_later)
 
     def alloc_pid(self) -> int:
         pid = self.next_pid
@@ -146,24 +150,6 @@ class SessionState:
         return pid
 
 
-def _call_later(delay: float, fn: Any) -> Any:
-    """Run `fn` after `delay` seconds (a trio system task); returns its CancelScope."""
-    import trio
-
-    scope = trio.CancelScope()
-
-    async def later() -> None:
-        with scope:
-            await trio.sleep(delay)
-            try:
-                fn()
-            except Exception:
-                log.exception("mqtt: a delayed will message failed")
-
-    trio.lowlevel.spawn_system_task(later)
-    return scope
-
-
 class WillSender:
     """Publishes one will message through the engine, as a publisher link of its own with the
     client's identity (client id, "mqtt-will"): its connection is gone by then. A QoS 1/2
@@ -172,8 +158,8 @@ class WillSender:
 
     _seq: ClassVar[int] = 0
 
-    def __init__(self, node: Node, client_id: str, will: Will) -> None:
-        self.node = node
+    def __init__(self, state: MqttState, client_id: str, will: Will) -> None:
+        self.node = node = state.node
         engine = node.engine
         WillSender._seq += 1
         self.link = link = node.new_link_id()
@@ -182,7 +168,8 @@ class WillSender:
         engine.handle(ev.PublisherAttached(node.now(), link, LinkIdentity(client_id, WILL_LINK),
                                            "mqtt", ALL))
         if will.retain:
-            retained.retain(node, will.topic, will.payload, will.qos, will.properties)
+            retained.retain(node, state.retained, will.topic, will.payload, will.qos,
+                            will.properties)
         props = will.properties
         expiry = props.message_expiry_interval
         payload = mapping.encode(will.topic, will.payload, will.qos, props, client_id)
@@ -241,8 +228,9 @@ class SubLink:
 
 
 class MqttConnection:
-    def __init__(self, node: Node, peer: str) -> None:
+    def __init__(self, node: RuntimePort, peer: str, state: MqttState) -> None:
         self.node = node
+        self.state = state
         self.engine = node.engine
         self.peer = peer
         cfg = node.config
@@ -387,7 +375,7 @@ class MqttConnection:
         if c.will is not None and v5:
             self.will_delay = float(c.will.properties.will_delay_interval or 0)
         now = self.node.now()
-        registry = _sessions(self.node)
+        registry = self.state.sessions
         self._sweep(registry, now)
         old = registry.get(client_id)
         if old is not None and old.conn is not None:
@@ -540,7 +528,7 @@ class MqttConnection:
             return
         pub.credit -= 1
         if p.retain:  # this router's store: kept (or cleared) as it arrives
-            retained.retain(self.node, p.topic, p.payload, qos, props)
+            retained.retain(self.node, self.state.retained, p.topic, p.payload, qos, props)
         payload = mapping.encode(p.topic, p.payload, qos, props, self.client_id)
         if qos:
             self.awaiting[tag] = (p.packet_id, qos)  # type: ignore[assignment]
@@ -648,7 +636,7 @@ class MqttConnection:
         and goes at QoS 0 when the window is full; not resent after a reconnect)."""
         session = self.session
         assert session is not None
-        for r, props in retained.store(self.node).matching(topic_filter, self.node.now()):
+        for r, props in self.state.retained.matching(topic_filter, self.node.now()):
             qos = min(sub_qos, r.qos)
             if qos and self._window() <= 0:
                 qos = 0
@@ -956,7 +944,7 @@ class MqttConnection:
             # The session resumed at the other router: a will waiting for its delay is
             # dropped (one with no delay went out when this connection closed).
             self._cancel_will(s)
-            registry = _sessions(self.node)
+            registry = self.state.sessions
             if registry.get(s.client_id) is s:
                 del registry[s.client_id]
 
@@ -1005,7 +993,7 @@ class MqttConnection:
         self.awaiting.clear()
         if s is not None and s.conn is self:
             s.conn = None
-            registry = _sessions(self.node)
+            registry = self.state.sessions
             if persistent:
                 s.expires_at = self.node.now() + s.expiry
             elif registry.get(s.client_id) is s:
@@ -1018,18 +1006,18 @@ class MqttConnection:
         delay = min(self.will_delay, s.expiry) if persistent else 0.0
         self._cancel_will(s)
         if delay <= 0:
-            WillSender(self.node, s.client_id, will)
+            WillSender(self.state, s.client_id, will)
             return
-        node = self.node
+        node, state = self.node, self.state
         s.will = will
 
         def due() -> None:
             if s.will is will and s.conn is None:
                 s.will = s.will_timer = None
-                WillSender(node, s.client_id, will)
+                WillSender(state, s.client_id, will)
                 node.flush()
 
-        s.will_timer = _call_later(delay, due)
+        s.will_timer = node.call_later(delay, due)
 
     def _cancel_will(self, s: SessionState) -> None:
         if s.will_timer is not None:
@@ -1041,7 +1029,7 @@ class MqttConnection:
         will = s.will
         self._cancel_will(s)
         if will is not None:
-            WillSender(self.node, s.client_id, will)
+            WillSender(self.state, s.client_id, will)
 
     def closed(self) -> None:
         """The socket is gone."""

@@ -15,7 +15,8 @@ from paho.mqtt.subscribeoptions import SubscribeOptions
 
 from mqtt_edge.codec import encode
 from mqtt_edge.packets import Connect, Disconnect, Properties, Will
-from mqtt_edge.retained import RetainedStore, topic_matches
+from mqtt_edge.retained import RetainedStore
+from router.core.topics import matches as topic_matches  # the one matcher retained.py uses
 from tests.harness import RouterProcess, free_port, wait_for
 
 V5, V311 = mqtt.MQTTv5, mqtt.MQTTv311

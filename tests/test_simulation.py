@@ -3,7 +3,7 @@
 Every run derives from one seed and checks the delivery properties continuously and after
 draining (router/sim/checker.py). A failure prints its parameters and a replay command:
 
-    exactmesh sim --spec 'seed=…,routers=…,…'       (or python -m router.sim.world '…')
+    exactmesh sim --spec 'seed=…,routers=…,…'       (or python -m router.sim '…')
     EXACTMESH_SIM_SPEC='seed=…,…' .venv/bin/python -m pytest -q tests/test_simulation.py -k replay
 
 (`-v` after the spec prints the whole trace.) Any run that once failed goes into REGRESSIONS

@@ -12,7 +12,8 @@ from __future__ import annotations
 import logging
 import math
 import signal
-from typing import Any, Protocol
+from collections.abc import Callable
+from typing import Any
 
 import trio
 
@@ -21,18 +22,16 @@ from router.config import ListenError, RouterConfig
 from router.core.actions import MESH_ACTIONS
 from router.core.engine import Engine, EngineConfig
 from router.core.events import TimePassed
+from router.ports import EdgeConnection, MeshPort
 
 log = logging.getLogger("exactmesh.router")
 
 MESH_TYPES = frozenset(MESH_ACTIONS)
 
 
-class EdgeConnection(Protocol):
-    def apply(self, link_state: Any, action: Any) -> None: ...
-    def shutdown(self, description: str) -> None: ...
-
-
 class Node:
+    """Implements `router.ports.RuntimePort`: all that edges and the mesh use of it."""
+
     def __init__(self, config: RouterConfig) -> None:
         self.config = config
         self.engine = Engine(
@@ -49,12 +48,36 @@ class Node:
         self._links: dict[int, tuple[EdgeConnection, Any]] = {}
         self._next_link = 0
         self.stopping = False
-        self.mesh: Any = None  # the MeshNode when this router has peers
+        self.mesh: MeshPort | None = None  # the MeshNode when this router has peers
+        self._mesh_send: Callable[[], None] | None = None
         self._timer_scope: trio.CancelScope | None = None  # the timer's sleep, while it sleeps
 
+    # ---------------------------------------------------------------- ports (router/ports.py)
+
+    def attach_mesh(self, mesh: MeshPort, send: Callable[[], None]) -> None:
+        """The mesh runtime registers the mesh node and its frame sender."""
+        self.mesh = mesh
+        self._mesh_send = send
+
     def mesh_output(self) -> None:
-        """Send the frames the mesh layer produced. Without peers there are none; the mesh
-        runtime replaces this with its own sender when the router has peers."""
+        """Send the frames the mesh layer produced. Without peers there are none."""
+        if self._mesh_send is not None:
+            self._mesh_send()
+
+    def call_later(self, delay: float, fn: Callable[[], None]) -> trio.CancelScope:
+        """Run `fn` after `delay` seconds (a trio system task); returns its CancelScope."""
+        scope = trio.CancelScope()
+
+        async def later() -> None:
+            with scope:
+                await trio.sleep(delay)
+                try:
+                    fn()
+                except Exception:
+                    log.exception("router %s: a delayed call failed", self.config.id)
+
+        trio.lowlevel.spawn_system_task(later)
+        return scope
 
     # ---------------------------------------------------------------- links
 

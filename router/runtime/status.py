@@ -37,7 +37,7 @@ from router.core.actions import Accepted, Outcome
 from router.core.records import Record
 
 if TYPE_CHECKING:
-    from .node import Node
+    from router.ports import RuntimePort as Node  # only what the edges see of it, too
 
 log = logging.getLogger("exactmesh.status")
 

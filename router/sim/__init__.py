@@ -8,7 +8,7 @@ docs/guarantees.md and ../shared/DESIGN-NOTES.md continuously and at the end. `c
 (against the same code, whatever the process's PYTHONHASHSEED):
 
     exactmesh sim --spec 'seed=…,routers=…,…' [-v]
-    python -m router.sim.world 'seed=…,routers=…,…' [-v]
+    python -m router.sim 'seed=…,routers=…,…' [-v]
 
 (or just a seed: `1234` derives every parameter from it, `f1234` the failover workload's).
 """

@@ -52,7 +52,6 @@ import itertools
 import logging
 import os
 import random
-import sys
 import traceback
 from collections import deque
 from collections.abc import Callable
@@ -194,7 +193,7 @@ class Params:
     @classmethod
     def failover_from_seed(cls, seed: int) -> Params:
         """Parameters with failover on (clients survive and move), drawn from the seed alone.
-        `python -m router.sim.world f1234` replays one of these."""
+        `exactmesh sim --spec f1234` replays one of these."""
         rng = random.Random(f"exactmesh-failover-{seed}")
         timeout = rng.choice([2.0, 3.0, 5.0])
         return cls(
@@ -1317,17 +1316,3 @@ def run(params: Params, *, trace_lines: int | None = None) -> World:
     """Run one simulation; raise SimFailure (an AssertionError) if a property broke."""
     return World(params, trace_lines=trace_lines).run()
 
-
-def main(argv: list[str]) -> int:
-    """`python -m router.sim.world SPEC [-v]`: what `exactmesh sim --spec SPEC [-v]` does."""
-    if not argv or argv[0] in ("-h", "--help"):
-        print("usage: python -m router.sim.world SEED|SPEC [-v]\n"
-              "  SPEC is 'seed=N,routers=3,...' as a failure prints it (also: exactmesh sim)")
-        return 2
-    from .command import replay
-
-    return replay(Params.parse(argv[0]), verbose="-v" in argv[1:])
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))

@@ -1,4 +1,26 @@
-"""Read the few routing fields from the front of an encoded AMQP 1.0 message, without decoding it.
+"""The AMQP 1.0 message codec: the one module that writes and reads the bytes of an AMQP message
+(its sections, AMQP 1.0 part 3.2, and the values in them, part 1.6). Three users:
+
+- the AMQP edge (amqp_edge/connection.py) reads a message's routing fields (:func:`scan`), adds
+  the publisher annotation (:func:`annotate`) and rewrites the header of a message delivered
+  again (:func:`with_redelivery`), leaving every other byte as it came;
+- the MQTT edge (mqtt_edge/mapping.py) writes a PUBLISH as a message with the value and
+  section writers (:func:`string`, :func:`map_of`, :data:`PROPERTIES`, ...) and reads one back
+  with :func:`read_value`;
+- the client SDK (amqp_edge/client.py) writes the messages a Publisher sends
+  (:func:`encode_message`).
+
+Why here, in `router.core`: the mesh carries every message as these bytes, so their format is
+the router's own payload format, below both edges; the edges may not import each other and
+the clients may import no router internals, so the module must sit where all three may import
+it. It is pure logic on bytes: standard library only, no IO, and importing it does nothing
+else (the "clients" contract in pyproject.toml allows it to the SDK beside
+`router.core.topics`). It is compiled with the other per-message modules (router/accel.py).
+Python's proton binding stays the complete (and slower) fallback where a user meets a type
+this codec does not write or read (:class:`Unsupported`).
+
+Reading the routing fields
+--------------------------
 
 The router forwards a message as the bytes it arrived in (what ``link.recv()`` returns and what
 proton's ``Message.encode()`` produces: the message's sections, concatenated, AMQP 1.0 3.2). It
@@ -44,12 +66,17 @@ Choices the spec leaves open, made here:
   (proton reads both as 0, and writes no ttl when it is 0).
 """
 
+from __future__ import annotations
+
 import struct
 from dataclasses import dataclass, field
+from typing import Any
 
 __all__ = [
-    "EMPTY", "PUBLISHER_KEY", "MalformedMessage", "MessageInfo", "annotate",
-    "publisher_annotation", "scan", "with_redelivery",
+    "AMQP_VALUE", "APPLICATION_PROPERTIES", "DATA", "EMPTY", "HEADER", "MESSAGE_ANNOTATIONS",
+    "PROPERTIES", "PUBLISHER_KEY", "MalformedMessage", "MessageInfo", "Unsupported", "annotate",
+    "binary", "compound", "encode_message", "encode_value", "list_of", "map_of",
+    "publisher_annotation", "read_value", "scan", "string", "symbol", "with_redelivery",
 ]
 
 
@@ -362,6 +389,7 @@ def _header(buf: _Buffer, pos: int, end: int) -> list:
             continue
         if code == 0x40:  # null: the field's default
             continue
+        value: Any  # a bool or an int (typed for mypyc, which would turn True into 1 in an int)
         if index == 0 or index == 3:  # durable, first-acquirer: boolean (1.6.2)
             if code == 0x41:
                 value = True
@@ -485,7 +513,7 @@ def _delivery_mode(buf: _Buffer, pos: int, end: int) -> tuple[str | None, int]:
     return mode, stop
 
 
-def scan(payload: bytes | memoryview) -> MessageInfo:
+def scan(payload: bytes | bytearray | memoryview) -> MessageInfo:
     """Read ttl, durable and delivery-count from the header (3.2.1) and x-opt-delivery-mode from
     the message-annotations (3.2.3) of an encoded message, skipping delivery-annotations (3.2.2)
     and stopping, unparsed, at the first later section. Raise MalformedMessage on bad bytes."""
@@ -541,17 +569,16 @@ PUBLISHER_KEY = b"x-opt-exactmesh-publisher"
 def publisher_annotation(identity: str) -> bytes:
     """The encoded message-annotations entry naming a message's publisher (its container-id
     and link name), to add with :func:`annotate`."""
-    value = identity.encode()
-    key = b"\xa3" + bytes((len(PUBLISHER_KEY),)) + PUBLISHER_KEY
-    if len(value) < 256:
-        return key + b"\xa1" + bytes((len(value),)) + value
-    return key + b"\xb1" + len(value).to_bytes(4, "big") + value
+    return symbol(PUBLISHER_KEY.decode()) + string(identity)
 
 
-def annotate(payload: bytes, info: MessageInfo, entry: bytes) -> bytes:
-    """`payload` with `entry` (one encoded key and value) added to its message-annotations
+def annotate(data: bytes | bytearray | memoryview, info: MessageInfo, entry: bytes) -> bytes:
+    """`data` with `entry` (one encoded key and value) added to its message-annotations
     (3.2.3), or a message-annotations section holding it put where one belongs; `info` is what
-    :func:`scan` said of the payload. Every other byte is kept as is."""
+    :func:`scan` said of it. Every other byte is kept as is."""
+    # mypyc holds the types to their annotations: a bytearray (what proton's Message.encode
+    # gives) is copied once; the router's own payloads are bytes already.
+    payload = data if type(data) is bytes else bytes(data)
     if info.annotations_at < 0:
         where = info.annotations_end
         body = b"\xc1" + bytes((len(entry) + 1, 2)) + entry if len(entry) < 255 else \
@@ -568,7 +595,7 @@ def annotate(payload: bytes, info: MessageInfo, entry: bytes) -> bytes:
 _HEADER_PREFIX = b"\x00\x53\x70\xc0"  # described, smallulong 0x70 (header, 3.2.1), list8
 
 
-def with_redelivery(payload: bytes, delivery_count: int) -> bytes:
+def with_redelivery(payload: bytes | bytearray | memoryview, delivery_count: int) -> bytes:
     """Return `payload` with its header (3.2.1) replaced, or one put in front when it has none,
     so that delivery-count is `delivery_count` and first-acquirer is false: the message is being
     delivered again (the delivery-count and first-acquirer fields of 3.2.1). Durable, priority
@@ -595,3 +622,207 @@ def with_redelivery(payload: bytes, delivery_count: int) -> bytes:
         )
     )
     return b"".join((_HEADER_PREFIX, bytes((len(items) + 1, 5)), items, buf[rest:]))
+
+
+# ============================================================================ writing
+#
+# Values (1.6) and sections (3.2) as bytes, built by hand: a few microseconds a message, where
+# proton's Message.encode costs tens.
+
+# A section is a described value: 0x00, the descriptor as a smallulong (0x53 code), the value.
+HEADER = b"\x00\x53\x70"  # list: durable, priority, ttl, first-acquirer, delivery-count
+MESSAGE_ANNOTATIONS = b"\x00\x53\x72"  # map, symbol keys
+PROPERTIES = b"\x00\x53\x73"  # list: message-id, user-id, to, subject, reply-to, ...
+APPLICATION_PROPERTIES = b"\x00\x53\x74"  # map, string keys, simple values
+DATA = b"\x00\x53\x75"  # binary: the body as bytes
+AMQP_VALUE = b"\x00\x53\x77"  # any one value: the body
+
+_p32 = struct.Struct(">I").pack
+_p64 = struct.Struct(">q").pack
+_pd = struct.Struct(">d").pack
+
+
+def _variable(code8: int, code32: int, raw: bytes) -> bytes:
+    n = len(raw)
+    if n < 256:
+        return bytes((code8, n)) + raw
+    return bytes((code32,)) + _p32(n) + raw
+
+
+def string(text: str) -> bytes:
+    """A string (str8 / str32, UTF-8)."""
+    return _variable(0xA1, 0xB1, text.encode())
+
+
+def symbol(text: str) -> bytes:
+    """A symbol (sym8 / sym32): annotation keys, content types."""
+    return _variable(0xA3, 0xB3, text.encode())
+
+
+def binary(raw: bytes) -> bytes:
+    """A binary (vbin8 / vbin32)."""
+    return _variable(0xA0, 0xB0, raw)
+
+
+def compound(code8: int, code32: int, count: int, items: bytes) -> bytes:
+    """A list (0xc0 / 0xd0) or map (0xc1 / 0xd1) of `count` encoded items (1.6.22, 1.6.23)."""
+    size = len(items) + 1
+    if size < 256 and count < 256:
+        return bytes((code8, size, count)) + items
+    return bytes((code32,)) + _p32(len(items) + 4) + _p32(count) + items
+
+
+def list_of(items: list[bytes]) -> bytes:
+    """A list of encoded values."""
+    return compound(0xC0, 0xD0, len(items), b"".join(items))
+
+
+def map_of(pairs: list[bytes]) -> bytes:
+    """A map of encoded key + value pairs (each item one key followed by its value)."""
+    return compound(0xC1, 0xD1, 2 * len(pairs), b"".join(pairs))
+
+
+class Unsupported(Exception):
+    """A value or shape this codec does not write or read: use proton's Message instead."""
+
+
+def encode_value(value: Any) -> bytes:
+    """A simple value, with the AMQP type proton would give it: None, bool, int (long),
+    float (double), str (string), bytes (binary). Raises Unsupported for anything else
+    (subclasses included: proton's symbol, ulong, ... keep their types through proton)."""
+    kind = type(value)
+    if value is None:
+        return b"\x40"
+    if kind is bool:
+        return b"\x41" if value else b"\x42"
+    if kind is int:
+        if -128 <= value <= 127:
+            return b"\x55" + (value & 0xFF).to_bytes(1, "big")  # smalllong
+        if -(1 << 63) <= value < (1 << 63):
+            return b"\x81" + _p64(value)
+        raise Unsupported(f"integer {value} does not fit an AMQP long")
+    if kind is float:
+        return b"\x82" + _pd(value)
+    if kind is str:
+        return string(value)
+    if kind is bytes:
+        return binary(value)
+    raise Unsupported(f"no simple AMQP type for {kind.__name__}")
+
+
+def encode_message(body: bytes | str, *, to: str, message_id: str | None = None,
+                   durable: bool = False, ttl_ms: int | None = None,
+                   application_properties: dict[str, Any] | None = None) -> bytes:
+    """A whole message, as proton's ``Message(body=..., address=to, id=message_id, durable=...,
+    properties=...)`` with ``ttl`` would encode it: a header (durable, ttl), the properties
+    (message-id, to), the application-properties, and the body as one amqp-value (binary or
+    string, so a receiver decodes the type it was sent with). Raises Unsupported for a value
+    `encode_value` does not write, a key that is not a str, a body of another type (a
+    subclass included) or a ttl that is not a uint."""
+    if ttl_ms is None:
+        header = b"\xc0\x02\x01" + (b"\x41" if durable else b"\x42")
+    elif not 0 <= ttl_ms <= 0xFFFFFFFF:
+        raise Unsupported(f"ttl {ttl_ms} ms is not an AMQP uint")
+    else:
+        header = (b"\xc0\x08\x03" + (b"\x41" if durable else b"\x42") + b"\x40\x70"
+                  + _p32(ttl_ms))
+    out = [HEADER, header, PROPERTIES,
+           list_of([b"\x40" if message_id is None else string(message_id), b"\x40", string(to)])]
+    if application_properties is not None:  # an empty map too, as proton writes it
+        pairs = []
+        for key, value in application_properties.items():
+            if type(key) is not str:
+                raise Unsupported(f"application property key {key!r} is not a str")
+            pairs.append(string(key) + encode_value(value))
+        out += [APPLICATION_PROPERTIES, map_of(pairs)]
+    if type(body) is bytes:
+        out += [AMQP_VALUE, binary(body)]
+    elif type(body) is str:
+        out += [AMQP_VALUE, string(body)]
+    else:
+        raise Unsupported(f"a body of type {type(body).__name__}")
+    return b"".join(out)
+
+
+# ============================================================================ reading values
+
+_u16 = struct.Struct(">H")
+_i16 = struct.Struct(">h")
+_u32s = struct.Struct(">I")
+_i32 = struct.Struct(">i")
+_u64s = struct.Struct(">Q")
+_i64 = struct.Struct(">q")
+
+
+def read_value(buf: bytes, pos: int) -> tuple[Any, int]:
+    """One AMQP value (1.6) at `pos`: (value, next position). A described value reads as its
+    value; a map as its list of (key, value) pairs. Raises Unsupported for the types and
+    shapes left to proton (arrays, floats, uuids, chars, decimals), IndexError / struct.error
+    on truncation, UnicodeDecodeError on a bad string."""
+    code = buf[pos]
+    pos += 1
+    if code == 0x00:  # described: skip the descriptor, keep the value
+        _, pos = read_value(buf, pos)
+        return read_value(buf, pos)
+    if code == 0x40:
+        return None, pos
+    if code in (0xA1, 0xA3, 0xA0):
+        n = buf[pos]
+        raw = buf[pos + 1:pos + 1 + n]
+        if len(raw) != n:
+            raise Unsupported
+        return (raw if code == 0xA0 else raw.decode()), pos + 1 + n
+    if code in (0xB1, 0xB3, 0xB0):
+        n = _u32s.unpack_from(buf, pos)[0]
+        raw = buf[pos + 4:pos + 4 + n]
+        if len(raw) != n:
+            raise Unsupported
+        return (raw if code == 0xB0 else raw.decode()), pos + 4 + n
+    if code == 0x41:
+        return True, pos
+    if code == 0x42:
+        return False, pos
+    if code == 0x56:
+        return bool(buf[pos]), pos + 1
+    if code in (0x43, 0x44):
+        return 0, pos
+    if code in (0x50, 0x52, 0x53):
+        return buf[pos], pos + 1
+    if code in (0x51, 0x54, 0x55):
+        v = buf[pos]
+        return (v - 256 if v > 127 else v), pos + 1
+    if code == 0x60:
+        return _u16.unpack_from(buf, pos)[0], pos + 2
+    if code == 0x61:
+        return _i16.unpack_from(buf, pos)[0], pos + 2
+    if code == 0x70:
+        return _u32s.unpack_from(buf, pos)[0], pos + 4
+    if code == 0x71:
+        return _i32.unpack_from(buf, pos)[0], pos + 4
+    if code in (0x80, 0x83):  # ulong, timestamp
+        return _u64s.unpack_from(buf, pos)[0], pos + 8
+    if code == 0x81:
+        return _i64.unpack_from(buf, pos)[0], pos + 8
+    if code == 0x45:
+        return [], pos
+    if code in (0xC0, 0xC1, 0xD0, 0xD1):
+        if code in (0xC0, 0xC1):
+            size, count = buf[pos], buf[pos + 1]
+            start, end = pos + 2, pos + 1 + size
+        else:
+            size, count = _u32s.unpack_from(buf, pos)[0], _u32s.unpack_from(buf, pos + 4)[0]
+            start, end = pos + 8, pos + 4 + size
+        items: list[Any] = []
+        p = start
+        for _ in range(count):
+            item, p = read_value(buf, p)  # not `v`: mypyc types a local by its first assignment
+            items.append(item)
+        if p != end:
+            raise Unsupported
+        if code in (0xC1, 0xD1):
+            if count % 2:
+                raise Unsupported
+            # A map, as its (key, value) pairs (keys may be unhashable lists in theory).
+            return list(zip(items[0::2], items[1::2], strict=True)), end
+        return items, end
+    raise Unsupported  # arrays, floats, uuids, chars, decimals: proton
