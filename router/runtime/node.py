@@ -100,10 +100,7 @@ class Node:
         produce more (closing a link detaches it), so keep going until there are none."""
         links = self._links
         mesh_types = MESH_TYPES
-        while True:
-            actions = self.engine.take_actions()
-            if not actions:
-                return
+        while actions := self.engine.take_actions():
             for action in actions:
                 if type(action) in mesh_types:
                     if self.mesh is not None:
@@ -114,10 +111,11 @@ class Node:
                     entry[0].apply(entry[1], action)
             if self.mesh is not None:
                 self.mesh_output()
-            deadline = self.engine.take_new_deadline()
-            scope = self._timer_scope
-            if deadline is not None and scope is not None and deadline < scope.deadline:
-                scope.deadline = deadline  # wake the timer earlier
+        # An event may have set a deadline without any action (a warm subscriber went away).
+        deadline = self.engine.take_new_deadline()
+        scope = self._timer_scope
+        if deadline is not None and scope is not None and deadline < scope.deadline:
+            scope.deadline = deadline  # wake the timer earlier
 
     # ---------------------------------------------------------------- running
 
