@@ -165,9 +165,9 @@ class MeshNode:
             if isinstance(change, RouterRestarted):
                 self._saw_incarnation(change.router, change.inc)
             elif change.kind == "added":
-                engine.handle(ev.RemoteSubscriberAdded(
-                    self._now, change.sub.router, change.sub.key, change.sub.filter,
-                    change.sub.gen, change.sub.timeout))
+                sub = change.sub
+                engine.handle(ev.RemoteSubscriberAdded(self._now, sub.router, sub.key,
+                                                       sub.filter, sub.gen, sub.timeout, sub.qos))
                 log.debug("router %s: knows subscriber %s@%s (filter %s)", self.me,
                           change.sub.key, change.sub.router, change.sub.filter)
             else:
@@ -306,7 +306,7 @@ class MeshNode:
             else:
                 container, _, link = action.key.partition("/")
                 frame = self.gossip.local_attach(action.key, action.topic_filter, container,
-                                                 link, action.gen, action.timeout)
+                                                 link, action.gen, action.timeout, action.qos)
             if frame is not None:
                 self._flood(frame)
 

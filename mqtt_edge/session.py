@@ -466,18 +466,9 @@ class MqttConnection:
             link_id = self.node.new_link_id()
             ident = LinkIdentity(session.client_id, SUBSCRIBER_PREFIX + topic_filter)
             now = self.node.now()
-            self.engine.handle(ev.SubscriberAttached(now, link_id, ident, topic_filter,
-                                                     gen=self._next_gen(ident.key, 0)))
+            self.engine.handle(ev.SubscriberAttached(now, link_id, ident, topic_filter))
             self.engine.handle(ev.SubscriberDetached(now, link_id, True))
         session.subs.clear()
-
-    # The granted QoS of a subscription travels in mesh gossip as its attach generation
-    # modulo 4 (gossip carries key, filter, warm timeout and generation; a router taking a
-    # session over learns the filters from the keys and the QoS from the generation).
-
-    def _next_gen(self, key: str, qos: int) -> int:
-        """An attach generation newer than any the mesh knows for `key`, carrying `qos`."""
-        return (self.engine.known_gen(key) // 4 + 1) * 4 + qos
 
     def _mesh_session(self, client_id: str) -> dict[str, int]:
         """Topic filter -> granted QoS of `client_id`'s subscriptions that the mesh places at
@@ -486,10 +477,10 @@ class MqttConnection:
         subscribers (a CONNECT costs O(remote subscribers))."""
         prefix = client_id + "/" + SUBSCRIBER_PREFIX
         found: dict[str, int] = {}
-        for key, topic_filter, gen in self.engine.warm_elsewhere(prefix):
+        for key, topic_filter, qos in self.engine.warm_elsewhere(prefix):
             if key == prefix + topic_filter:
-                found[topic_filter] = gen % 4
-        return {f: q if q <= 2 else 2 for f, q in found.items()}
+                found[topic_filter] = qos
+        return found
 
     # ---------------------------------------------------------------- PUBLISH in
 
@@ -670,8 +661,7 @@ class MqttConnection:
         self.engine.handle(ev.SubscriberAttached(
             self.node.now(), link_id,
             LinkIdentity(self.client_id, SUBSCRIBER_PREFIX + topic_filter), topic_filter,
-            presettled=qos == 0, warm_timeout=warm,
-            gen=self._next_gen(f"{self.client_id}/{SUBSCRIBER_PREFIX}{topic_filter}", qos)))
+            presettled=qos == 0, warm_timeout=warm, qos=qos))
         if qos == 0:
             sl.q0_left = QOS0_CREDIT
             self.engine.handle(ev.SubscriberCredit(self._now, link_id, QOS0_CREDIT))

@@ -196,7 +196,7 @@ def test_attach_and_detach_flood_deltas_that_apply_in_order() -> None:
     b, a = Gossip("B", 7), Gossip("A", 1)
     d1 = attach(b, 1)
     assert d1 == {"t": "SUBS", "origin": "B", "inc": 7, "ver": 1, "full": False,
-                  "add": {"c1/l1": ["a/#", "c1", "l1", 0, 0.0]}, "remove": []}
+                  "add": {"c1/l1": ["a/#", "c1", "l1", 0, 0.0, 0]}, "remove": []}
     d2 = attach(b, 2, "x/+", 1)
     d3 = b.local_detach("c1/l1")
     assert b.local_detach("nope/nope") is None

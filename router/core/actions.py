@@ -205,12 +205,14 @@ class Forget:
 class Subscribed:
     """A local subscriber attached (`topic_filter` set) or left (None): gossip it, with its
     attach generation (the newest attach of a key wins mesh-wide) and, for a warm subscriber,
-    how long it stays subscribed while away (0 for others)."""
+    how long it stays subscribed while away (0 for others), and an MQTT subscription's
+    granted QoS (0 for others), which a router taking the device's session over needs."""
 
     key: str
     topic_filter: str | None
     gen: int = 0
     timeout: float = 0.0
+    qos: int = 0
 
 
 MeshAction = Forward | Verdict | Forget | Subscribed

@@ -203,7 +203,7 @@ class Engine(FailoverMixin):
                                  event.settled)
         elif isinstance(event, RemoteSubscriberAdded):
             self._remote_subscriber_added(event.router, event.key, event.topic_filter,
-                                          event.gen, event.timeout)
+                                          event.gen, event.timeout, event.qos)
         elif isinstance(event, RemoteSubscriberRemoved):
             self._remote_subscriber_removed(event.router, event.key)
         elif isinstance(event, PeerLost):
@@ -322,7 +322,7 @@ class Engine(FailoverMixin):
             self._by_sid[sub.sid] = sub
             self._by_key[sub.key] = sub
             self._index.add(sub.sid, topic_filter)
-        self._actions.append(Subscribed(sub.key, topic_filter, gen, warm_timeout or 0.0))
+        self._actions.append(Subscribed(sub.key, topic_filter, gen, warm_timeout or 0.0, ev.qos))
         answer = self._resume(sub, ev.declared or {})
         self._claim(sub)
         return answer

@@ -60,6 +60,7 @@ class Away:
     deadline: float
     router: str  # the router that was lost
     gen: int
+    qos: int  # an MQTT subscription's granted QoS (0 for others)
 
 
 class FailoverMixin:
@@ -69,7 +70,8 @@ class FailoverMixin:
         # Where each subscriber key lives mesh-wide: (attach generation, router); this
         # router's own id for local subscribers. Only the winner is in the match indexes.
         self._where: dict[str, tuple[int, str]] = {}
-        self._remote_meta: dict[str, tuple[str, float]] = {}  # key -> (filter, warm timeout)
+        # key -> (filter, warm timeout, MQTT QoS) of remote subscribers, as gossip told us
+        self._remote_meta: dict[str, tuple[str, float, int]] = {}
         self._away: dict[str, Away] = {}
         self._away_expiry: list[tuple[float, str]] = []
         self._orphans: list[tuple[float, int]] = []  # (deadline, record seq)
@@ -98,22 +100,23 @@ class FailoverMixin:
 
     def warm_elsewhere(self: Engine, prefix: str) -> list[tuple[str, str, int]]:
         """Warm subscribers whose key starts with `prefix` that live at another router, or are
-        away from a lost router waiting to reattach: (key, filter, attach generation) each.
-        An MQTT session that connects here asks which of its subscriptions live elsewhere."""
+        away from a lost router waiting to reattach: (key, filter, MQTT QoS) each. An MQTT
+        session that connects here asks which of its subscriptions live elsewhere."""
         me = self.config.router_id
         found = []
-        for key, (gen, router) in self._where.items():
+        for key, (_gen, router) in self._where.items():
             if router != me and key.startswith(prefix):
                 meta = self._remote_meta.get(key)
                 if meta is not None and meta[1]:
-                    found.append((key, meta[0], gen))
+                    found.append((key, meta[0], meta[2]))
         for key, away in self._away.items():
             if away.timeout and key.startswith(prefix):
-                found.append((key, away.filter, away.gen))
+                found.append((key, away.filter, away.qos))
         return found
 
     def _remote_subscriber_added(
         self: Engine, router: str, key: str, topic_filter: str, gen: int, timeout: float,
+        qos: int,
     ) -> None:
         """Gossip: subscriber `key` with `topic_filter` is attached at `router`."""
         cur = self._where.get(key)
@@ -131,7 +134,7 @@ class FailoverMixin:
             if away.filter != topic_filter:
                 self._fail_key(key, None, "came back with another filter")
         self._where[key] = (gen, router)
-        self._remote_meta[key] = (topic_filter, timeout)
+        self._remote_meta[key] = (topic_filter, timeout, qos)
         self._remote.add((router, key), topic_filter)
         # Resend what it is owed elsewhere, moved or not as far as we can tell: the news that
         # it left its old router may have come first (a subscriber that is not warm), and its
@@ -298,10 +301,10 @@ class FailoverMixin:
 
     def _go_away(self: Engine, key: str, gen: int, router: str) -> None:
         del self._where[key]
-        topic_filter, timeout = self._remote_meta.pop(key)
+        topic_filter, timeout, qos = self._remote_meta.pop(key)
         self._remote.remove((router, key))
         wait = timeout or self.config.reconnect_timeout
-        away = Away(topic_filter, timeout, wait, self._now + wait, router, gen)
+        away = Away(topic_filter, timeout, wait, self._now + wait, router, gen, qos)
         self._away[key] = away
         heapq.heappush(self._away_expiry, (away.deadline, key))
         self._note_deadline(away.deadline)
