@@ -336,14 +336,19 @@ class FailoverMixin:
         heapq.heappush(self._orphans, (until, rec.seq))
         self._note_deadline(until)
 
-    def _adopt(self: Engine, rec: Record) -> None:
+    def _adopt(self: Engine, rec: Record, renumber: bool = True) -> None:
         """A resend found `rec`: it is nobody's orphan any more. It is numbered anew, as if it
         arrived now: record numbers give publish order (moves requeue and resend by them),
-        and resends come in publish order, after whatever this router already had."""
+        and resends come in publish order, after whatever this router already had. Not
+        `renumber`: a record its publisher published here keeps its number, which is its
+        place in publish order among that publisher's records here (a later one it settled
+        is not resent, and must stay after it)."""
         if rec.origin is not None:
             self._mesh_records.pop((rec.origin, rec.id), None)
         adopt_as_origin(rec)
         self.stats.adopted += 1
+        if not renumber:
+            return
         del self.records[rec.seq]
         rec.seq = self._next_seq()
         self.records[rec.seq] = rec
@@ -364,7 +369,7 @@ class FailoverMixin:
             # Its own origin record (the publisher's connection to us dropped): that knows
             # exactly who is owed. Not a destination's record, nor one handed over.
             published_here = bool(rec.pub_tag) and rec.origin is None
-            self._adopt(rec)
+            self._adopt(rec, renumber=not published_here)
             rec.publisher, rec.pub_tag = pub, tag
             rec.partial = False  # it answers this publisher for the whole mesh now
             pub.live += 1
