@@ -74,6 +74,9 @@ class FailoverMixin:
         self._away_expiry: list[tuple[float, str]] = []
         self._orphans: list[tuple[float, int]] = []  # (deadline, record seq)
         self._holds: list[tuple[float, int]] = []  # (deadline, sid): placeholder holds
+        # Records owed to a moved subscriber that wait to be resent to its router until an
+        # orphan published before them is resolved (`_retarget`): key -> records.
+        self._held: dict[str, list[Record]] = {}
         # Outcomes of forgotten records, by delivery id, oldest first, for resends.
         # None where only `_stone_keys` is known: a destination's record forgotten without
         # the mesh-wide outcome (its origin restarted), which knows who accepted here only.
@@ -159,6 +162,7 @@ class FailoverMixin:
         if away is not None:
             self._end_away(key, away)
         self._where[key] = (sub.gen, self.config.router_id)
+        self._held.pop(key, None)  # they become copies here, with the rest
         owed = sorted((rec for rec in self.records.values()
                        if (p := rec.peers.get(key)) is not None
                        and p.state == PartState.PENDING), key=lambda r: r.seq)
@@ -193,6 +197,7 @@ class FailoverMixin:
         touched = dict.fromkeys(list(sub.inflight.values()) + list(sub.queue))
         sub.inflight.clear()
         sub.queue.clear()
+        waiting = False
         for rec in touched:  # in the order it was getting them (record numbers here follow
             # arrival, which is not publish order when resends reuse older records)
             copy = rec.copies.get(sub.sid)
@@ -200,11 +205,16 @@ class FailoverMixin:
                 continue
             drop_copy(rec, sub.sid)
             if rec.origin is None and not rec.presettled:
-                if rec.orphan_until is None:
+                if rec.orphan_until is None and not waiting:
                     self._owe_remote(rec, sub.key, router)
+                elif rec.orphan_until is None:  # behind an orphan: it waits (_retarget)
+                    add_part(rec, sub.key, router)
+                    self._mesh_records[(self.config.router_id, rec.id)] = rec
+                    self._held.setdefault(sub.key, []).append(rec)
                 else:  # owed there, sent if its publisher resumes here (_resend_parts)
                     add_part(rec, sub.key, None, router)
                     self._mesh_records[(self.config.router_id, rec.id)] = rec
+                    waiting = True
             self._decide(rec)
             self._maybe_forget(rec)
 
@@ -240,16 +250,52 @@ class FailoverMixin:
         """`key` now lives at `router`: resend there, in publish order, every message of ours
         it has not answered for yet (with `force`, also those already sent there)."""
         # Not an orphan's: its publisher may have resumed elsewhere, whose router is the
-        # origin now; the orphan only waits (and stops at its deadline).
-        owed = sorted((rec for rec in self.records.values()
-                       if (p := rec.peers.get(key)) is not None
-                       and p.state == PartState.PENDING and (force or p.router != router)
-                       and rec.orphan_until is None),
-                      key=lambda r: r.seq)
+        # origin now; the orphan only waits (and stops at its deadline). What comes after
+        # an orphan waits with it (`_held`), or the subscriber would get it first: it is
+        # owed at `router` now, and sent once the orphan is resolved (`_release_held`).
+        held = self._held.pop(key, [])
+        owed = sorted(dict.fromkeys(
+            [rec for rec in held if rec.seq in self.records] + [
+                rec for rec in self.records.values()
+                if (p := rec.peers.get(key)) is not None
+                and p.state == PartState.PENDING and (force or p.router != router)]),
+            key=lambda r: r.seq)
+        waiting: list[Record] = []
         for rec in owed:
-            part = rec.peers[key]
+            part = rec.peers.get(key)
+            if part is None or part.state != PartState.PENDING:
+                continue
+            if rec.orphan_until is not None:
+                waiting.append(rec)  # (not held itself: `_resend_parts` sends it)
+                continue
             part.router = part.last = router
-            self._send_part(rec, key, router)
+            if waiting:
+                self._held.setdefault(key, []).append(rec)
+            else:
+                self._send_part(rec, key, router)
+
+    def _release_held(self: Engine) -> None:
+        """An orphan was resolved (adopted, or given up): what waited behind it for a moved
+        subscriber goes to where that subscriber lives now (or, if it left for good, to
+        the router it was owed at, which answers for it), up to the next orphan."""
+        if not self._held:
+            return
+        me = self.config.router_id
+        for key in sorted(self._held):
+            recs = self._held[key]
+            where = self._where.get(key)
+            if where is not None and where[1] != me:
+                self._retarget(key, where[1])
+                continue
+            if where is None and key not in self._away and not any(
+                    rec.orphan_until is not None and (p := rec.peers.get(key)) is not None
+                    and p.state == PartState.PENDING for rec in self.records.values()):
+                del self._held[key]
+                for rec in sorted(recs, key=lambda r: r.seq):
+                    part = rec.peers.get(key)
+                    if (rec.seq in self.records and part is not None
+                            and part.state == PartState.PENDING and part.router is not None):
+                        self._send_part(rec, key, part.router)
 
     def _owe_remote(self: Engine, rec: Record, key: str, router: str) -> None:
         """Add a part for `key` at `router` to our record and send it there."""
@@ -375,10 +421,12 @@ class FailoverMixin:
             pub.live += 1
             if settled:
                 self._publisher_done(rec)
+                self._release_held()
                 return True
             pub.records[tag] = rec
             if published_here:
                 self._resend_parts(rec)
+                self._release_held()
             decided = rec.outcome
             if rec.peers or (not published_here and self._remote_owed(rec)):
                 rec.outcome = None  # it answers to this publisher across the mesh now
@@ -499,6 +547,7 @@ class FailoverMixin:
             adopt_for(rec, origin)
             self._mesh_records[(origin, msg_id)] = rec
             rec.outcome = None
+            self._release_held()
         self._add_owed(rec, owed)
         if rec.outcome is not None:  # decided before: say it again to whoever asks now
             self._actions.append(self._verdict(rec, rec.outcome))
@@ -634,6 +683,7 @@ class FailoverMixin:
                 adopt_as_origin(rec)
                 self._withdraw(rec)
                 self._publisher_done(rec)
+                self._release_held()
         holds = self._holds
         while holds and holds[0][0] <= now:
             _, sid = heapq.heappop(holds)
