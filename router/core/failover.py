@@ -197,7 +197,7 @@ class FailoverMixin:
         touched = dict.fromkeys(list(sub.inflight.values()) + list(sub.queue))
         sub.inflight.clear()
         sub.queue.clear()
-        waiting = False
+        waiting: set[Any] = set()  # the publishers of the orphans met so far
         for rec in touched:  # in the order it was getting them (record numbers here follow
             # arrival, which is not publish order when resends reuse older records)
             copy = rec.copies.get(sub.sid)
@@ -205,16 +205,17 @@ class FailoverMixin:
                 continue
             drop_copy(rec, sub.sid)
             if rec.origin is None and not rec.presettled:
-                if rec.orphan_until is None and not waiting:
+                if rec.orphan_until is None and (
+                        rec.pub_ident is None or rec.pub_ident not in waiting):
                     self._owe_remote(rec, sub.key, router)
-                elif rec.orphan_until is None:  # behind an orphan: it waits (_retarget)
+                elif rec.orphan_until is None:  # behind its publisher's orphan: it waits
                     add_part(rec, sub.key, router)
                     self._mesh_records[(self.config.router_id, rec.id)] = rec
                     self._held.setdefault(sub.key, []).append(rec)
                 else:  # owed there, sent if its publisher resumes here (_resend_parts)
                     add_part(rec, sub.key, None, router)
                     self._mesh_records[(self.config.router_id, rec.id)] = rec
-                    waiting = True
+                    waiting.add(rec.pub_ident)
             self._decide(rec)
             self._maybe_forget(rec)
 
@@ -253,6 +254,7 @@ class FailoverMixin:
         # origin now; the orphan only waits (and stops at its deadline). What comes after
         # an orphan waits with it (`_held`), or the subscriber would get it first: it is
         # owed at `router` now, and sent once the orphan is resolved (`_release_held`).
+        # Only its own publisher's: order is per publisher.
         held = self._held.pop(key, [])
         owed = sorted(dict.fromkeys(
             [rec for rec in held if rec.seq in self.records] + [
@@ -260,24 +262,25 @@ class FailoverMixin:
                 if (p := rec.peers.get(key)) is not None
                 and p.state == PartState.PENDING and (force or p.router != router)]),
             key=lambda r: r.seq)
-        waiting: list[Record] = []
+        waiting: set[Any] = set()  # the publishers of the orphans met so far
         for rec in owed:
             part = rec.peers.get(key)
             if part is None or part.state != PartState.PENDING:
                 continue
             if rec.orphan_until is not None:
-                waiting.append(rec)  # (not held itself: `_resend_parts` sends it)
+                waiting.add(rec.pub_ident)  # (not held itself: `_resend_parts` sends it)
                 continue
             part.router = part.last = router
-            if waiting:
+            if rec.pub_ident is not None and rec.pub_ident in waiting:
                 self._held.setdefault(key, []).append(rec)
             else:
                 self._send_part(rec, key, router)
 
     def _release_held(self: Engine) -> None:
         """An orphan was resolved (adopted, or given up): what waited behind it for a moved
-        subscriber goes to where that subscriber lives now (or, if it left for good, to
-        the router it was owed at, which answers for it), up to the next orphan."""
+        subscriber goes to where that subscriber lives now, up to the next orphan. If it
+        left for good meanwhile, nobody will answer for what was never sent to it: it
+        fails here, as its router would have failed the copies."""
         if not self._held:
             return
         me = self.config.router_id
@@ -294,8 +297,10 @@ class FailoverMixin:
                 for rec in sorted(recs, key=lambda r: r.seq):
                     part = rec.peers.get(key)
                     if (rec.seq in self.records and part is not None
-                            and part.state == PartState.PENDING and part.router is not None):
-                        self._send_part(rec, key, part.router)
+                            and part.state == PartState.PENDING):
+                        move_part(rec, part, Step.FAIL, "detached before accepting it")
+                        self._decide(rec)
+                        self._maybe_forget(rec)
 
     def _owe_remote(self: Engine, rec: Record, key: str, router: str) -> None:
         """Add a part for `key` at `router` to our record and send it there."""
