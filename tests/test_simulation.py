@@ -637,6 +637,14 @@ REGRESSIONS = [
     "_subs=0.05,some_mode=0.25,override=0.1,window=8,transfer_window=4096,max_attempts=3,surv"
     "ivors=0.8,pub_survivors=-1.0,drop_client=4,notice=0.5,move_max=1.5,move_to=any,warm=0.5,"
     "warm_min=0.5,warm_max=1.0,reconnect_timeout=8.0,resume_timeout=5.0,declare=1.0",
+    # a copy from the old origin's record, attributed to the publisher's new origin (checker)
+    "seed=8001360,routers=4,topology=line,drop=0.05,dup=0.0,reorder=0.0,partitions=1,partition_"
+    "min=0.5,partition_max=3.0,isolate=0.3,restarts=0,restart_inc=higher,unreachable_timeout=5."
+    "0,gossip_interval=0.5,duration=6.0,drain=60.0,publishers=2,subscribers=1,messages=15,churn"
+    "=0.0,flaky=0.3,slow=0.2,stall=0.1,ttl=0.0,early_settle=0.05,presettled=0.03,presettled_sub"
+    "s=0.05,some_mode=0.25,override=0.1,window=8,transfer_window=4096,max_attempts=3,survivors="
+    "1.0,pub_survivors=-1.0,drop_client=4,notice=0.5,move_max=1.5,move_to=any,warm=0.0,warm_min"
+    "=0.5,warm_max=5.0,reconnect_timeout=3.0,resume_timeout=5.0,declare=1.0",
 ]
 
 

@@ -397,19 +397,27 @@ class Checker:
             self.stats.first_deliveries += 1  # owed by a rebuilt resend: no order to keep
         elif copies == 0:
             self.stats.first_deliveries += 1
-            last, last_from = sub.last_seq.get(msg.pub.key, (0, msg.sent_from))
+            came_from = msg.sent_from
+            live = sub.router.engine._by_id.get(msg.id)
+            if live is not None and live.origin is not None and live.origin != came_from[0]:
+                # The copy comes from a record its router got from another origin than the
+                # message's latest send: an earlier origin's forward, which the resend did
+                # not replace (the new origin answered it from a record of its own, say).
+                src = self.world.routers.get(live.origin)
+                came_from = (live.origin, src.inc if src is not None else 0)
+            last, last_from = sub.last_seq.get(msg.pub.key, (0, came_from))
             if msg.seq <= last:
                 before = self.by_seq.get((msg.pub.key, last))
                 if before is not None and before.order_at < msg.order_at:
                     pass  # `msg` was given up and published again (on_resend) after it
-                elif msg.sent_from == last_from:
+                elif came_from == last_from:
                     self.fail(f"{sub.label} got first deliveries out of publish order: "
                               f"{msg.pub.key} seq {msg.seq} after seq {last}")
                 # The two were last sent from different routers (their publisher moved in
                 # between): nothing orders the old origin's traffic against the new one's.
                 self.stats.order_exempt += 1
             else:
-                sub.last_seq[msg.pub.key] = (msg.seq, msg.sent_from)
+                sub.last_seq[msg.pub.key] = (msg.seq, came_from)
         else:
             self.stats.redeliveries += 1
         return msg
