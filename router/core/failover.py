@@ -76,6 +76,9 @@ class FailoverMixin:
         self._away_expiry: list[tuple[float, str]] = []
         self._orphans: list[tuple[float, int]] = []  # (deadline, record seq)
         self._holds: list[tuple[float, int]] = []  # (deadline, sid): placeholder holds
+        # Records owed to a moved subscriber that wait to be resent to its router until an
+        # orphan published before them is resolved (`_retarget`): key -> records.
+        self._held: dict[str, list[Record]] = {}
         # Outcomes of forgotten records, by delivery id, oldest first, for resends.
         # None where only `_stone_keys` is known: a destination's record forgotten without
         # the mesh-wide outcome (its origin restarted), which knows who accepted here only.
@@ -162,6 +165,7 @@ class FailoverMixin:
         if away is not None:
             self._end_away(key, away)
         self._where[key] = (sub.gen, self.config.router_id)
+        self._held.pop(key, None)  # they become copies here, with the rest
         owed = sorted((rec for rec in self.records.values()
                        if (p := rec.peers.get(key)) is not None
                        and p.state == PartState.PENDING), key=lambda r: r.seq)
@@ -196,6 +200,7 @@ class FailoverMixin:
         touched = dict.fromkeys(list(sub.inflight.values()) + list(sub.queue))
         sub.inflight.clear()
         sub.queue.clear()
+        waiting: set[Any] = set()  # the publishers of the orphans met so far
         for rec in touched:  # in the order it was getting them (record numbers here follow
             # arrival, which is not publish order when resends reuse older records)
             copy = rec.copies.get(sub.sid)
@@ -203,11 +208,17 @@ class FailoverMixin:
                 continue
             drop_copy(rec, sub.sid)
             if rec.origin is None and not rec.presettled:
-                if rec.orphan_until is None:
+                if rec.orphan_until is None and (
+                        rec.pub_ident is None or rec.pub_ident not in waiting):
                     self._owe_remote(rec, sub.key, router)
+                elif rec.orphan_until is None:  # behind its publisher's orphan: it waits
+                    add_part(rec, sub.key, router)
+                    self._mesh_records[(self.config.router_id, rec.id)] = rec
+                    self._held.setdefault(sub.key, []).append(rec)
                 else:  # owed there, sent if its publisher resumes here (_resend_parts)
                     add_part(rec, sub.key, None, router)
                     self._mesh_records[(self.config.router_id, rec.id)] = rec
+                    waiting.add(rec.pub_ident)
             self._decide(rec)
             self._maybe_forget(rec)
 
@@ -243,16 +254,56 @@ class FailoverMixin:
         """`key` now lives at `router`: resend there, in publish order, every message of ours
         it has not answered for yet (with `force`, also those already sent there)."""
         # Not an orphan's: its publisher may have resumed elsewhere, whose router is the
-        # origin now; the orphan only waits (and stops at its deadline).
-        owed = sorted((rec for rec in self.records.values()
-                       if (p := rec.peers.get(key)) is not None
-                       and p.state == PartState.PENDING and (force or p.router != router)
-                       and rec.orphan_until is None),
-                      key=lambda r: r.seq)
+        # origin now; the orphan only waits (and stops at its deadline). What comes after
+        # an orphan waits with it (`_held`), or the subscriber would get it first: it is
+        # owed at `router` now, and sent once the orphan is resolved (`_release_held`).
+        # Only its own publisher's: order is per publisher.
+        held = self._held.pop(key, [])
+        owed = sorted(dict.fromkeys(
+            [rec for rec in held if rec.seq in self.records] + [
+                rec for rec in self.records.values()
+                if (p := rec.peers.get(key)) is not None
+                and p.state == PartState.PENDING and (force or p.router != router)]),
+            key=lambda r: r.seq)
+        waiting: set[Any] = set()  # the publishers of the orphans met so far
         for rec in owed:
-            part = rec.peers[key]
+            part = rec.peers.get(key)
+            if part is None or part.state != PartState.PENDING:
+                continue
+            if rec.orphan_until is not None:
+                waiting.add(rec.pub_ident)  # (not held itself: `_resend_parts` sends it)
+                continue
             part.router = part.last = router
-            self._send_part(rec, key, router)
+            if rec.pub_ident is not None and rec.pub_ident in waiting:
+                self._held.setdefault(key, []).append(rec)
+            else:
+                self._send_part(rec, key, router)
+
+    def _release_held(self: Engine) -> None:
+        """An orphan was resolved (adopted, or given up): what waited behind it for a moved
+        subscriber goes to where that subscriber lives now, up to the next orphan. If it
+        left for good meanwhile, nobody will answer for what was never sent to it: it
+        fails here, as its router would have failed the copies."""
+        if not self._held:
+            return
+        me = self.config.router_id
+        for key in sorted(self._held):
+            recs = self._held[key]
+            where = self._where.get(key)
+            if where is not None and where[1] != me:
+                self._retarget(key, where[1])
+                continue
+            if where is None and key not in self._away and not any(
+                    rec.orphan_until is not None and (p := rec.peers.get(key)) is not None
+                    and p.state == PartState.PENDING for rec in self.records.values()):
+                del self._held[key]
+                for rec in sorted(recs, key=lambda r: r.seq):
+                    part = rec.peers.get(key)
+                    if (rec.seq in self.records and part is not None
+                            and part.state == PartState.PENDING):
+                        move_part(rec, part, Step.FAIL, "detached before accepting it")
+                        self._decide(rec)
+                        self._maybe_forget(rec)
 
     def _owe_remote(self: Engine, rec: Record, key: str, router: str) -> None:
         """Add a part for `key` at `router` to our record and send it there."""
@@ -339,14 +390,19 @@ class FailoverMixin:
         heapq.heappush(self._orphans, (until, rec.seq))
         self._note_deadline(until)
 
-    def _adopt(self: Engine, rec: Record) -> None:
+    def _adopt(self: Engine, rec: Record, renumber: bool = True) -> None:
         """A resend found `rec`: it is nobody's orphan any more. It is numbered anew, as if it
         arrived now: record numbers give publish order (moves requeue and resend by them),
-        and resends come in publish order, after whatever this router already had."""
+        and resends come in publish order, after whatever this router already had. Not
+        `renumber`: a record its publisher published here keeps its number, which is its
+        place in publish order among that publisher's records here (a later one it settled
+        is not resent, and must stay after it)."""
         if rec.origin is not None:
             self._mesh_records.pop((rec.origin, rec.id), None)
         adopt_as_origin(rec)
         self.stats.adopted += 1
+        if not renumber:
+            return
         del self.records[rec.seq]
         rec.seq = self._next_seq()
         self.records[rec.seq] = rec
@@ -367,16 +423,18 @@ class FailoverMixin:
             # Its own origin record (the publisher's connection to us dropped): that knows
             # exactly who is owed. Not a destination's record, nor one handed over.
             published_here = bool(rec.pub_tag) and rec.origin is None
-            self._adopt(rec)
+            self._adopt(rec, renumber=not published_here)
             rec.publisher, rec.pub_tag = pub, tag
             rec.partial = False  # it answers this publisher for the whole mesh now
             pub.live += 1
             if settled:
                 self._publisher_done(rec)
+                self._release_held()
                 return True
             pub.records[tag] = rec
             if published_here:
                 self._resend_parts(rec)
+                self._release_held()
             decided = rec.outcome
             if rec.peers or (not published_here and self._remote_owed(rec)):
                 rec.outcome = None  # it answers to this publisher across the mesh now
@@ -497,6 +555,7 @@ class FailoverMixin:
             adopt_for(rec, origin)
             self._mesh_records[(origin, msg_id)] = rec
             rec.outcome = None
+            self._release_held()
         self._add_owed(rec, owed)
         if rec.outcome is not None:  # decided before: say it again to whoever asks now
             self._actions.append(self._verdict(rec, rec.outcome))
@@ -632,6 +691,7 @@ class FailoverMixin:
                 adopt_as_origin(rec)
                 self._withdraw(rec)
                 self._publisher_done(rec)
+                self._release_held()
         holds = self._holds
         while holds and holds[0][0] <= now:
             _, sid = heapq.heappop(holds)

@@ -199,6 +199,7 @@ class Record:
         "peers",
         "pending",
         "presettled",
+        "pub_ident",
         "pub_settled",
         "pub_tag",
         "publisher",
@@ -222,6 +223,8 @@ class Record:
     ) -> None:
         self.seq = seq
         self.publisher = publisher  # the local publisher; None once its link is gone
+        # Who published it here (kept when its link is gone): publish order is per publisher.
+        self.pub_ident = publisher.ident if publisher is not None else None
         self.origin = origin  # the origin router for a message that came from another router
         self.role = Role.ORIGIN if origin is None else Role.DESTINATION
         # Its outcome covers only this router's subscribers: it came from another router

@@ -99,6 +99,9 @@ class Msg:
     # of publish order (they were not owed it when it was published).
     extras: set[str] = field(default_factory=set)
     rebuilt: bool = False  # resent where its origin's own record could not answer for it
+    # When it took its place in its publisher's order: when it was published, or when its
+    # publisher resent it after the mesh had given it up (see on_resend).
+    order_at: float = 0.0
     # (router, incarnation) -> `required` while that router was its origin.
     eras: dict[tuple[str, int], dict[str, SubClient]] = field(default_factory=dict)
 
@@ -127,6 +130,7 @@ class Stats:
     rebuilt: int = 0  # resends whose owed set the mesh had to rebuild
     lost_settled: int = 0  # at-most-once copies lost with a dropped connection
     order_exempt: int = 0  # out of order across a publisher's move (different origins)
+    republished: int = 0  # resends after the mesh gave the message up (reconnect-timeout)
     new_records: int = 0  # copies from a router's second record of a message (late resend)
     unknown_reasons: int = 0
     notes: list[str] = field(default_factory=list)
@@ -136,6 +140,7 @@ class Checker:
     def __init__(self, world: World) -> None:
         self.world = world
         self.msgs: dict[str, Msg] = {}
+        self.by_seq: dict[tuple[str, int], Msg] = {}  # (publisher key, seq) -> its message
         self.subs_by_key: dict[str, SubClient] = {}
         self.stats = Stats()
 
@@ -216,7 +221,9 @@ class Checker:
                   required=dict(owed), original=frozenset(owed))
         msg.eras[(pub.router.id, pub.router.inc)] = msg.required
         msg.sent_from = (pub.router.id, pub.router.inc)
+        msg.order_at = self.world.now
         self.msgs[msg_id] = msg
+        self.by_seq[(pub.key, msg.seq)] = msg
         return msg
 
     def on_resend(self, pub: PubClient, msg: Msg, local: tuple[int, ...],
@@ -256,6 +263,16 @@ class Checker:
                       f"{gone_for:.3f} s after losing its link (reconnect-timeout "
                       f"{p.reconnect_timeout:g} s), but {r.id} kept neither its record nor "
                       f"its outcome{f': {describe_record(rec)}' if rec is not None else ''}")
+        if (not stone and gone_for >= p.reconnect_timeout
+                and not any(not r2.dead and (rec2 := r2.engine._by_id.get(msg.id)) is not None
+                            and not rec2.pub_settled for r2 in world.routers.values())):
+            # Its publisher stayed away longer than reconnect-timeout, and every router gave
+            # it up (no record waits for this resend, no outcome is kept): the resend is a
+            # new publication, placed after whatever its publisher had published before,
+            # which the routers went on delivering meanwhile. Later messages delivered
+            # before it are in order; it keeps its place among the rest (see on_send).
+            msg.order_at = now
+            self.stats.republished += 1
         if exact:
             if era is not None:
                 msg.required = era  # what that router's record of it was owed to
@@ -380,16 +397,27 @@ class Checker:
             self.stats.first_deliveries += 1  # owed by a rebuilt resend: no order to keep
         elif copies == 0:
             self.stats.first_deliveries += 1
-            last, last_from = sub.last_seq.get(msg.pub.key, (0, msg.sent_from))
+            came_from = msg.sent_from
+            live = sub.router.engine._by_id.get(msg.id)
+            if live is not None and live.origin is not None and live.origin != came_from[0]:
+                # The copy comes from a record its router got from another origin than the
+                # message's latest send: an earlier origin's forward, which the resend did
+                # not replace (the new origin answered it from a record of its own, say).
+                src = self.world.routers.get(live.origin)
+                came_from = (live.origin, src.inc if src is not None else 0)
+            last, last_from = sub.last_seq.get(msg.pub.key, (0, came_from))
             if msg.seq <= last:
-                if msg.sent_from == last_from:
+                before = self.by_seq.get((msg.pub.key, last))
+                if before is not None and before.order_at < msg.order_at:
+                    pass  # `msg` was given up and published again (on_resend) after it
+                elif came_from == last_from:
                     self.fail(f"{sub.label} got first deliveries out of publish order: "
                               f"{msg.pub.key} seq {msg.seq} after seq {last}")
                 # The two were last sent from different routers (their publisher moved in
                 # between): nothing orders the old origin's traffic against the new one's.
                 self.stats.order_exempt += 1
             else:
-                sub.last_seq[msg.pub.key] = (msg.seq, msg.sent_from)
+                sub.last_seq[msg.pub.key] = (msg.seq, came_from)
         else:
             self.stats.redeliveries += 1
         return msg
