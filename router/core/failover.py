@@ -608,26 +608,31 @@ class FailoverMixin:
         return () if keys is None else keys[0]
 
     def _remember(self: Engine, rec: Record) -> None:
-        """A record with an outcome is forgotten: keep the outcome, bounded, for resends, and
-        who accepted and failed here. A record that came from another router keeps only the
-        mesh-wide outcome its origin sent with the forget: its own verdict covered only the
-        subscribers here. Without one (its origin restarted), it keeps who accepted here, so
-        that a resend does not deliver to them again (`_message`)."""
-        outcome = rec.final if rec.partial else rec.outcome
-        if rec.presettled or (outcome is None and not (rec.partial and rec.copies)):
+        """A record is forgotten: keep its outcome, bounded, for resends, and who accepted
+        and failed here. A record that came from another router keeps only the mesh-wide
+        outcome its origin sent with the forget: its own verdict covered only the
+        subscribers here. Without an outcome (its origin restarted, or its publisher did not
+        come back in time) it keeps who accepted here, so that a later resend does not
+        deliver to them again (`_message`)."""
+        if rec.presettled:
             return
+        outcome = rec.final if rec.partial else rec.outcome
+        keys: tuple[tuple[str, ...], tuple[str, ...]] = ((), ())
+        if len(rec.copies) == 1:  # the usual single copy, without building tuples in a loop
+            for c in rec.copies.values():
+                if c.state == ACCEPTED_STATE:
+                    keys = ((c.sub.key,), ())
+                elif c.state == CopyState.FAILED:
+                    keys = ((), (c.sub.key,))
+        elif rec.copies:
+            copies = rec.copies.values()
+            keys = (tuple(c.sub.key for c in copies if c.state == ACCEPTED_STATE),
+                    tuple(c.sub.key for c in copies if c.state == CopyState.FAILED))
+        if outcome is None and not keys[0] and not keys[1]:
+            return  # nothing to answer a resend with
         stones = self._tombstones
         stones[rec.id] = outcome
-        if rec.copies:  # who accepted, who failed (the usual single copy without loops)
-            keys: tuple[tuple[str, ...], tuple[str, ...]]
-            if len(rec.copies) == 1:
-                for c in rec.copies.values():
-                    keys = ((c.sub.key,), ()) if c.state == ACCEPTED_STATE else (
-                        ((), (c.sub.key,)) if c.state == CopyState.FAILED else ((), ()))
-            else:
-                copies = rec.copies.values()
-                keys = (tuple(c.sub.key for c in copies if c.state == ACCEPTED_STATE),
-                        tuple(c.sub.key for c in copies if c.state == CopyState.FAILED))
+        if keys[0] or keys[1]:
             self._stone_keys[rec.id] = keys
         if len(stones) > self.config.tombstones:
             self._stone_keys.pop(stones.popitem(last=False)[0], None)
