@@ -444,17 +444,35 @@ class Engine(FailoverMixin):
             # else it lives at another router now: the origin resends it there
         # The failures first: sending copies can decide the verdict (an at-most-once
         # subscriber accepts on send), and it must not be decided without them.
-        for key in missing:
-            # A stand-in copy so that the verdict names it: it left before the message came.
-            ghost = Subscriber(-1, LinkIdentity(*key.split("/", 1)) if "/" in key
-                               else LinkIdentity(key, ""), "", f"{key}@{self.config.router_id}",
-                               False)
-            copy = add_copy(rec, -len(rec.copies) - 1, ghost)
-            self._fail(rec, copy, "was no longer attached when the message arrived")
-            copy.sub_settled = True
+        self._fail_missing(rec, missing)
         self._add_copies(rec, tuple(matched))
         self._decide(rec)
         self._maybe_forget(rec)
+
+    def _missing(self, owed: list[str]) -> list[str]:
+        """Of the keys the origin owes here, those neither attached here nor living at another
+        router as far as we know: they left before the message came."""
+        me = self.config.router_id
+        by_key, where = self._by_key, self._where
+        return [k for k in owed if k not in by_key and where.get(k, (0, me))[1] == me]
+
+    def _fail_missing(self, rec: Record, keys: list[str]) -> int:
+        """A failed stand-in copy for each of `keys` the record has none for, so that the
+        verdict names them: they left before the message came. Returns how many it added."""
+        have = {c.sub.key for c in rec.copies.values()}
+        added = 0
+        for key in keys:
+            if key in have:
+                continue
+            ghost = Subscriber(-1, LinkIdentity(*key.split("/", 1)) if "/" in key
+                               else LinkIdentity(key, ""), "", f"{key}@{self.config.router_id}",
+                               False)
+            copy = add_copy(rec, min(min(rec.copies, default=0), 0) - 1, ghost)
+            self._fail(rec, copy, "was no longer attached when the message arrived")
+            copy.sub_settled = True
+            have.add(key)
+            added += 1
+        return added
 
     def _peer_verdict(
         self, router: str, msg_id: str, accepted: bool, status: dict[str, Any],

@@ -494,6 +494,10 @@ class FailoverMixin:
             adopt_for(rec, origin)
             self._mesh_records[(origin, msg_id)] = rec
             rec.outcome = None
+        # Owed keys that left before the resend came fail, named, as for a new message (else
+        # the origin waits for ever for an answer about them); then the attached ones.
+        if self._fail_missing(rec, self._missing(owed)):
+            rec.outcome = None
         self._add_owed(rec, owed)
         if rec.outcome is not None:  # decided before: say it again to whoever asks now
             self._actions.append(self._verdict(rec, rec.outcome))
