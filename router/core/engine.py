@@ -482,7 +482,19 @@ class Engine(FailoverMixin):
         subscribers `keys` there (all we owe there if not given)."""
         rec = self._mesh_records.get((self.config.router_id, msg_id))
         if rec is None:
-            return
+            if not self._released or msg_id not in self._released:
+                return
+            # We took this record from our publisher for `router`, which answers us as its
+            # origin: its resend was stale, it yielded to ours (failover.py `_reclaim`).
+            rec = self._mesh_records.get((router, msg_id))
+            if rec is None or rec.id != msg_id:
+                return
+            if not self._reclaim(rec):
+                self._orphan(rec)  # nobody's now: it waits for its publisher to resend
+                return
+            rec = self._mesh_records.get((self.config.router_id, msg_id))
+            if rec is None:
+                return
         if keys is None:
             keys = [k for k, p in rec.peers.items() if p.router == router]
         failed = status.get("failed", ())
@@ -519,6 +531,13 @@ class Engine(FailoverMixin):
                     DELIVERY_FAILED, description or f"message {msg_id} failed at another "
                     "router (this answer comes from a record of its outcome, kept for resends)",
                     info or {})
+            if self._released and msg_id in self._released:
+                # Taken from our publisher by a resend from `origin` (failover.py): tell that
+                # publisher the outcome; without one, the record is its again.
+                if rec.final is not None:
+                    self._answer_released(rec, rec.final)
+                elif self._reclaim(rec):
+                    return
             self._publisher_done(rec)
 
     # ------------------------------------------------------------------ messages
@@ -743,6 +762,11 @@ class Engine(FailoverMixin):
         rec = pub.records.pop(tag, None)
         if rec is not None:
             self._publisher_done(rec)
+        elif self._released:  # one taken by a resend from elsewhere: it is not waiting now
+            msg_id = self._tag_for(pub, tag).decode()
+            entry = self._released.get(msg_id)
+            if entry is not None and entry[0] is pub and entry[1] == tag:
+                self._drop_released(msg_id)
 
     def _tick(self, now: float) -> None:
         """Time is now `now`: fail copies of messages whose ttl ran out, warm subscribers

@@ -80,6 +80,10 @@ class FailoverMixin:
         self._tombstones: OrderedDict[str, Outcome | None] = OrderedDict()
         # Whom a tombstone answers for: the subscribers that accepted, and those that failed.
         self._stone_keys: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {}
+        # Records a resend from another router took from a publisher still attached here
+        # (`_release_from_publisher`), by delivery id: the publisher link and its tag. That
+        # resend may be stale (sent before the publisher moved here); see `_reclaim`.
+        self._released: dict[str, tuple[Publisher, bytes]] = {}
 
     # ------------------------------------------------------------------ where subscribers are
 
@@ -285,6 +289,8 @@ class FailoverMixin:
             if origin == router:
                 if restarted:
                     self._orphan(rec)
+                    if rec.id in self._released:
+                        self._reclaim(rec)
                 continue
             for part in list(rec.peers.values()):
                 if part.state != PartState.PENDING or part.router != router:
@@ -342,6 +348,8 @@ class FailoverMixin:
         and resends come in publish order, after whatever this router already had."""
         if rec.origin is not None:
             self._mesh_records.pop((rec.origin, rec.id), None)
+        if self._released:
+            self._drop_released(rec.id)
         adopt_as_origin(rec)
         self.stats.adopted += 1
         del self.records[rec.seq]
@@ -361,33 +369,7 @@ class FailoverMixin:
         msg_id = out_tag.decode()
         rec = self._by_id.get(msg_id)
         if rec is not None and rec.publisher is None and not rec.pub_settled:
-            # Its own origin record (the publisher's connection to us dropped): that knows
-            # exactly who is owed. Not a destination's record, nor one handed over.
-            published_here = bool(rec.pub_tag) and rec.origin is None
-            self._adopt(rec)
-            rec.publisher, rec.pub_tag = pub, tag
-            rec.partial = False  # it answers this publisher for the whole mesh now
-            pub.live += 1
-            if settled:
-                self._publisher_done(rec)
-                return True
-            pub.records[tag] = rec
-            if published_here:
-                self._resend_parts(rec)
-            decided = rec.outcome
-            if rec.peers or (not published_here and self._remote_owed(rec)):
-                rec.outcome = None  # it answers to this publisher across the mesh now
-                decided = None
-            if not published_here:
-                # Remote parts first: a new local copy can be accepted as it is sent (a
-                # pre-settled subscriber), and the record must not be decided without them.
-                self._owe_new_remotes(rec)
-                if self._owe_new_locals(rec):
-                    decided = None
-            if decided is not None and rec.outcome is not None:
-                self._actions.append(Decide(pub.link, tag, decided))
-            elif rec.outcome is None:  # (else a new copy, accepted as sent, decided it)
-                self._decide(rec)
+            self._adopt_for_publisher(rec, pub, tag, settled)
             return True
         if rec is None and self._tombstones.get(msg_id) is not None and not settled:
             self.stats.adopted += 1
@@ -395,6 +377,39 @@ class FailoverMixin:
             self._hold_for_settlement(pub, done, self._tombstones[msg_id])  # type: ignore[arg-type]
             return True
         return False
+
+    def _adopt_for_publisher(
+        self: Engine, rec: Record, pub: Publisher, tag: bytes, settled: bool
+    ) -> None:
+        """`pub` (attached here) owns live record `rec` of its delivery `tag` from now on:
+        this router becomes its origin and answers the publisher for the whole mesh."""
+        # Its own origin record (the publisher's connection to us dropped): that knows
+        # exactly who is owed. Not a destination's record, nor one handed over.
+        published_here = bool(rec.pub_tag) and rec.origin is None
+        self._adopt(rec)
+        rec.publisher, rec.pub_tag = pub, tag
+        rec.partial = False  # it answers this publisher for the whole mesh now
+        pub.live += 1
+        if settled:
+            self._publisher_done(rec)
+            return
+        pub.records[tag] = rec
+        if published_here:
+            self._resend_parts(rec)
+        decided = rec.outcome
+        if rec.peers or (not published_here and self._remote_owed(rec)):
+            rec.outcome = None  # it answers to this publisher across the mesh now
+            decided = None
+        if not published_here:
+            # Remote parts first: a new local copy can be accepted as it is sent (a
+            # pre-settled subscriber), and the record must not be decided without them.
+            self._owe_new_remotes(rec)
+            if self._owe_new_locals(rec):
+                decided = None
+        if decided is not None and rec.outcome is not None:
+            self._actions.append(Decide(pub.link, tag, decided))
+        elif rec.outcome is None:  # (else a new copy, accepted as sent, decided it)
+            self._decide(rec)
 
     def _resend_parts(self: Engine, rec: Record) -> None:
         """Our own record comes out of orphanhood: what it still owes goes again to where
@@ -473,8 +488,9 @@ class FailoverMixin:
         rec = self._mesh_records.get((origin, msg_id))
         if rec is None:
             rec = self._by_id.get(msg_id)
+            released = None
             if rec is not None and rec.publisher is not None and not rec.pub_settled:
-                self._release_from_publisher(rec)
+                released = self._release_from_publisher(rec)
             if rec is None or rec.publisher is not None or rec.pub_settled:
                 if rec is None and msg_id in self._tombstones:
                     # It answers only for the subscribers the forgotten record had: one that
@@ -487,6 +503,8 @@ class FailoverMixin:
                     return [k for k in owed if k not in had]
                 return owed
             self._adopt(rec)
+            if released is not None:
+                self._released[msg_id] = released  # (the resend may be stale: `_reclaim`)
             rec.pub_tag = b""  # a destination's record now, whoever published it here
             # If it was ours, the new origin owes those routers now (and it is no longer a
             # record of ours in _mesh_records, peers or not).
@@ -519,17 +537,60 @@ class FailoverMixin:
                   "pending": [], "reasons": dict.fromkeys(failed, why)}
         return Verdict(origin, msg_id, False, status, keys)
 
-    def _release_from_publisher(self: Engine, rec: Record) -> None:
+    def _release_from_publisher(self: Engine, rec: Record) -> tuple[Publisher, bytes] | None:
         """Another router resent this message of a publisher still attached here: it moved,
         whether or not we noticed its old connection die. The record is its old link's no
-        more (it is adopted for the new origin)."""
+        more (it is adopted for the new origin). Unless that link is gone, returns it and
+        the tag: the resend may be older than the link (`_reclaim`), so until we know, the
+        record still counts in the link's window (`_drop_released` ends that)."""
         pub = rec.publisher
         assert pub is not None
         pub.records.pop(rec.pub_tag, None)
-        pub.live -= 1
         rec.publisher = None
         if pub.link in self.publishers:
-            self._refill(pub)
+            return pub, rec.pub_tag
+        pub.live -= 1
+        return None
+
+    def _drop_released(self: Engine, msg_id: str) -> tuple[Publisher, bytes] | None:
+        """Forget that `msg_id` was released from a publisher here (`_released`): it no longer
+        counts in that link's window. Returns the publisher and tag, if it was."""
+        entry = self._released.pop(msg_id, None)
+        if entry is not None:
+            pub = entry[0]
+            pub.live -= 1
+            if self.publishers.get(pub.link) is pub:
+                self._refill(pub)
+        return entry
+
+    def _reclaim(self: Engine, rec: Record) -> bool:
+        """`rec` was released from a publisher attached here to the router that resent it
+        (`_release_from_publisher`), and that router turns out not to be its origin: it
+        answers us as its origin (its resend was older than the publisher's move here, and
+        it adopted ours since), stopped tracking it without an outcome, or restarted. If that
+        publisher is still attached here, the record is its again, as if it had just resent
+        it here (the resend that took it was stale); returns whether it was."""
+        pub, tag = self._released.pop(rec.id)
+        pub.live -= 1  # (counted again below, or given back)
+        if self.publishers.get(pub.link) is not pub or tag in pub.records or rec.pub_settled:
+            if self.publishers.get(pub.link) is pub:
+                self._refill(pub)
+            return False
+        self._adopt_for_publisher(rec, pub, tag, False)
+        return True
+
+    def _answer_released(self: Engine, rec: Record, outcome: Outcome) -> None:
+        """The origin `rec` was released to forgot it with the mesh-wide `outcome`: the
+        publisher still attached here that it was released from is told that outcome (it is
+        still waiting if the resend that took the record was older than its move here)."""
+        pub, tag = self._released.pop(rec.id)
+        pub.live -= 1  # (counted again below, or given back)
+        if self.publishers.get(pub.link) is not pub or tag in pub.records:
+            if self.publishers.get(pub.link) is pub:
+                self._refill(pub)
+            return
+        done = Record(self._next_seq(), pub, tag, rec.out_tag, b"", pub.mode, False, None)
+        self._hold_for_settlement(pub, done, outcome)
 
     def _drop_parts(self: Engine, rec: Record) -> None:
         drop_parts(rec)
@@ -555,6 +616,8 @@ class FailoverMixin:
         mesh-wide outcome its origin sent with the forget: its own verdict covered only the
         subscribers here. Without one (its origin restarted), it keeps who accepted here, so
         that a resend does not deliver to them again (`_message`)."""
+        if self._released:
+            self._drop_released(rec.id)
         outcome = rec.final if rec.partial else rec.outcome
         if rec.presettled or (outcome is None and not (rec.partial and rec.copies)):
             return
