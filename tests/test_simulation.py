@@ -537,6 +537,16 @@ REGRESSIONS = [
     "subs=0.05,some_mode=0.25,override=0.1,window=8,transfer_window=4096,max_attempts=3,survivo"
     "rs=1.0,pub_survivors=-1.0,drop_client=4,notice=0.5,move_max=1.5,move_to=any,warm=1.0,warm_"
     "min=0.5,warm_max=3.0,reconnect_timeout=1.0,resume_timeout=5.0,declare=1.0",
+    # A warm subscriber came back at A while B, the only path from A to C, was down: C failed
+    # it at its timeout, which the checker took for a false claim (checker.py now leaves such
+    # timing unchecked, as on a network with faults).
+    "seed=8001231,routers=3,topology=line,drop=0.0,dup=0.0,reorder=0.0,partitions=0,partition_m"
+    "in=0.5,partition_max=4.5,isolate=0.3,restarts=1,restart_inc=higher,unreachable_timeout=3.0"
+    ",gossip_interval=0.5,duration=6.0,drain=60.0,publishers=4,subscribers=5,messages=15,churn="
+    "1.0,flaky=0.3,slow=0.2,stall=0.1,ttl=0.0,early_settle=0.05,presettled=0.03,presettled_subs"
+    "=0.05,some_mode=0.25,override=0.1,window=8,transfer_window=4096,max_attempts=3,survivors=0"
+    ".8,pub_survivors=-1.0,drop_client=4,notice=0.0,move_max=1.5,move_to=any,warm=1.0,warm_min="
+    "0.5,warm_max=1.0,reconnect_timeout=1.0,resume_timeout=5.0,declare=1.0",
 ]
 
 
