@@ -9,7 +9,8 @@ keeps four things apart from the core delivery rule in `engine.py`:
   (sender-initiated retransmission, seed 002), and the router it left drops its copies.
 - **Subscribers of a lost router.** A restarted router lost its clients. Its subscribers are
   *away* for their timeout (a warm one's own, else `reconnect-timeout`): what they were owed
-  waits for them to reattach anywhere, and only then fails, naming them.
+  waits for them to reattach anywhere, and only then fails, naming them. Likewise a subscriber
+  that left the router it was owed at, while the origin hears of no new place for it.
 - **Records whose publisher or origin is gone** (*orphans*). They wait `reconnect-timeout` for
   the publisher to resume and resend; a resend adopts the record (what was accepted stays
   accepted, nothing is delivered twice), then the new origin owns it.
@@ -84,6 +85,11 @@ class FailoverMixin:
         # (`_release_from_publisher`), by delivery id: the publisher link and its tag. That
         # resend may be stale (sent before the publisher moved here); see `_reclaim`.
         self._released: dict[str, tuple[Publisher, bytes]] = {}
+        # Remote subscribers that left the router our records still owe them at, with no
+        # news of where they went: (deadline, that router, wait) by key (see
+        # `_remote_subscriber_removed`), and the deadlines as a heap.
+        self._left: dict[str, tuple[float, str, float]] = {}
+        self._left_expiry: list[tuple[float, str]] = []
 
     # ------------------------------------------------------------------ where subscribers are
 
@@ -145,11 +151,22 @@ class FailoverMixin:
         self._retarget(key, router, force=cur is None or cur[0] != gen)
 
     def _remote_subscriber_removed(self: Engine, router: str, key: str) -> None:
-        """Gossip: `key` left `router` for good (or moved on, which `_where` already says)."""
+        """Gossip: `key` left `router` for good (or moved on, which `_where` already says).
+        What our records still owe it there waits for it to show up elsewhere: its old
+        router fails what it held if it left for good, but drops it if it moved (`_moved_away`)
+        and we may never hear where to (it left there too before we heard). If it is nowhere
+        when its timeout passes, that fails (`_tick_failover`)."""
         cur = self._where.get(key)
         if cur is not None and cur[1] == router:
             del self._where[key]
-            self._remote_meta.pop(key, None)
+            meta = self._remote_meta.pop(key, None)
+            if any((p := rec.peers.get(key)) is not None and p.state == PartState.PENDING
+                   and p.router == router for rec in self.records.values()):
+                wait = (meta[1] if meta is not None else 0.0) or self.config.reconnect_timeout
+                deadline = self._now + wait
+                self._left[key] = (deadline, router, wait)
+                heapq.heappush(self._left_expiry, (deadline, key))
+                self._note_deadline(deadline)
         self._remote.remove((router, key))
 
     def _claim(self: Engine, sub: Subscriber) -> None:
@@ -685,6 +702,17 @@ class FailoverMixin:
             self._end_away(key, away)
             self._fail_key(key, None, f"did not reattach within {away.wait:g} s after router "
                                       f"{away.router} was lost")
+        left = self._left_expiry
+        while left and left[0][0] <= now:
+            deadline, key = heapq.heappop(left)
+            entry = self._left.get(key)
+            if entry is None or entry[0] != deadline:
+                continue
+            del self._left[key]
+            if key not in self._where and key not in self._away:  # still nowhere we know of
+                _, router, wait = entry
+                self._fail_key(key, router, f"did not reattach within {wait:g} s after "
+                                            f"leaving router {router}")
         orphans = self._orphans
         while orphans and orphans[0][0] <= now:
             until, seq = heapq.heappop(orphans)
@@ -707,7 +735,7 @@ class FailoverMixin:
 
     def _failover_deadlines(self: Engine) -> list[float]:
         out = []
-        for heap in (self._away_expiry, self._orphans, self._holds):
+        for heap in (self._away_expiry, self._orphans, self._holds, self._left_expiry):
             if heap:
                 out.append(heap[0][0])
         return out
