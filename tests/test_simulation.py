@@ -559,6 +559,14 @@ REGRESSIONS = [
     "subs=0.05,some_mode=0.25,override=0.1,window=8,transfer_window=8,max_attempts=3,survivor"
     "s=0.8,pub_survivors=-1.0,drop_client=1,notice=2.0,move_max=1.5,move_to=any,warm=0.0,warm"
     "_min=0.5,warm_max=1.0,reconnect_timeout=3.0,resume_timeout=5.0,declare=1.0",
+    # like 8012824 (a fresh 9100000..9102999 sweep; failover.py _remote_resend)
+    "seed=9102441,routers=4,topology=line,drop=0.0,dup=0.02,reorder=0.1,partitions=1,partition_"
+    "min=0.5,partition_max=1.0,isolate=0.3,restarts=3,restart_inc=higher,unreachable_timeout=3."
+    "0,gossip_interval=0.5,duration=6.0,drain=60.0,publishers=1,subscribers=4,messages=15,churn"
+    "=0.5,flaky=0.3,slow=0.2,stall=0.1,ttl=0.0,early_settle=0.05,presettled=0.03,presettled_sub"
+    "s=0.05,some_mode=0.25,override=0.1,window=8,transfer_window=8,max_attempts=3,survivors=0.8"
+    ",pub_survivors=-1.0,drop_client=1,notice=0.5,move_max=1.5,move_to=any,warm=1.0,warm_min=0."
+    "5,warm_max=1.0,reconnect_timeout=8.0,resume_timeout=5.0,declare=1.0",
 ]
 
 
