@@ -333,3 +333,32 @@ def test_a_destinations_tombstone_keeps_the_mesh_wide_outcome_not_its_own() -> N
     publish(w, "B", 10, [b"1"], now=1.1)
     (outcome,) = outcomes(w, "B").values()
     assert isinstance(outcome, Rejected), "B's own part was accepted; the message was not"
+
+
+def test_a_subscriber_that_left_its_router_for_somewhere_the_origin_never_hears_of() -> None:
+    """The subscriber moves from C to B, and leaves B too, while A hears only that it left C
+    (a partition: gossip that B had it and lost it again never reaches A). C dropped its copy
+    for the move; nobody else will answer A for it: after its timeout, it fails, named."""
+    w = Wire("A", "B", "C", reconnect=3.0)
+    subscribe(w, "C", 1, warm=None)
+    w["A"].attach_publisher(9, PUB, "orders/eu", "all")
+    publish(w, "A", 9, [b"1"])
+    assert len(w.take("C", Send)) == 1
+    w["B"].attach_subscriber(2, SUB, "orders/#", gen=2, now=1.0)
+    for action in w["B"].take_actions():  # only C hears of it
+        if isinstance(action, Subscribed):
+            w["C"].remote_subscriber_added("B", action.key, action.topic_filter, action.gen,
+                                           action.timeout, now=1.0)
+    w["A"].tick(1.0)
+    w.pump(1.0)  # C drops its copy and tells the mesh the subscriber left it
+    w["B"].detach_subscriber(2, now=1.5)
+    w["B"].take_actions()
+    w["A"].tick(3.9)
+    w.pump(3.9)
+    assert outcomes(w, "A") == {}
+    w["A"].tick(4.0)
+    w.pump(4.0)
+    (outcome,) = outcomes(w, "A").values()
+    assert isinstance(outcome, Rejected)
+    assert outcome.info["failed"] == ["billing/sub/billing@C"]
+    assert "did not reattach within 3 s after leaving router C" in outcome.description

@@ -656,6 +656,80 @@ REGRESSIONS = [
     "s=0.05,some_mode=0.25,override=0.1,window=8,transfer_window=4096,max_attempts=3,survivors="
     "1.0,pub_survivors=-1.0,drop_client=4,notice=0.5,move_max=1.5,move_to=any,warm=0.0,warm_min"
     "=0.5,warm_max=5.0,reconnect_timeout=3.0,resume_timeout=5.0,declare=1.0",
+    # A resend owed a subscriber that had left its destination: no stand-in failed it, the origin
+    # waited for ever (failover.py _remote_resend now fails it, as engine.py _remote_message does).
+    "seed=8012824,routers=4,topology=random,drop=0.05,dup=0.0,reorder=0.5,partitions=2,partitio"
+    "n_min=0.5,partition_max=3.0,isolate=0.3,restarts=1,restart_inc=higher,unreachable_timeout="
+    "5.0,gossip_interval=0.5,duration=6.0,drain=60.0,publishers=2,subscribers=4,messages=15,chu"
+    "rn=1.0,flaky=0.3,slow=0.2,stall=0.1,ttl=0.0,early_settle=0.05,presettled=0.03,presettled_s"
+    "ubs=0.05,some_mode=0.25,override=0.1,window=8,transfer_window=4096,max_attempts=3,survivor"
+    "s=1.0,pub_survivors=-1.0,drop_client=0,notice=2.0,move_max=1.5,move_to=any,warm=0.0,warm_m"
+    "in=0.5,warm_max=5.0,reconnect_timeout=3.0,resume_timeout=5.0,declare=1.0",
+    # likewise (a subscriber attached and left between the resend's send and its arrival)
+    "seed=8012981,routers=3,topology=full,drop=0.05,dup=0.0,reorder=0.0,partitions=2,partition_"
+    "min=0.5,partition_max=7.5,isolate=0.3,restarts=2,restart_inc=higher,unreachable_timeout=5."
+    "0,gossip_interval=0.5,duration=6.0,drain=60.0,publishers=3,subscribers=5,messages=15,churn"
+    "=1.0,flaky=0.3,slow=0.2,stall=0.1,ttl=0.1,early_settle=0.05,presettled=0.03,presettled_sub"
+    "s=0.05,some_mode=0.25,override=0.1,window=8,transfer_window=8,max_attempts=3,survivors=0.8"
+    ",pub_survivors=-1.0,drop_client=4,notice=0.0,move_max=1.5,move_to=any,warm=0.0,warm_min=0."
+    "5,warm_max=3.0,reconnect_timeout=8.0,resume_timeout=5.0,declare=1.0",
+    # A publisher's old origin's resend, delayed, reached the router the publisher had resumed
+    # at: it gave the record up to the old origin, which had yielded to it; each answered the
+    # other, nobody the publisher (failover.py _reclaim: the record goes back to that publisher).
+    "seed=8001712,routers=4,topology=line,drop=0.05,dup=0.0,reorder=0.0,partitions=1,partition_"
+    "min=0.5,partition_max=1.2,isolate=0.3,restarts=3,restart_inc=higher,unreachable_timeout=2."
+    "0,gossip_interval=0.5,duration=6.0,drain=60.0,publishers=2,subscribers=4,messages=15,churn"
+    "=0.0,flaky=0.0,slow=0.2,stall=0.1,ttl=0.0,early_settle=0.05,presettled=0.03,presettled_sub"
+    "s=0.05,some_mode=0.25,override=0.1,window=8,transfer_window=4096,max_attempts=3,survivors="
+    "0.5,pub_survivors=-1.0,drop_client=2,notice=0.5,move_max=1.5,move_to=any,warm=0.5,warm_min"
+    "=0.5,warm_max=5.0,reconnect_timeout=1.0,resume_timeout=5.0,declare=1.0",
+    # likewise, a resend from an old origin whose publisher link had died unnoticed (it then
+    # restarted: failover.py _peer_lost reclaims it)
+    "seed=8003582,routers=4,topology=full,drop=0.05,dup=0.02,reorder=0.0,partitions=0,partition"
+    "_min=0.5,partition_max=1.2,isolate=0.3,restarts=2,restart_inc=higher,unreachable_timeout=2"
+    ".0,gossip_interval=0.5,duration=6.0,drain=60.0,publishers=1,subscribers=1,messages=15,chur"
+    "n=0.0,flaky=0.0,slow=0.2,stall=0.1,ttl=0.0,early_settle=0.05,presettled=0.03,presettled_su"
+    "bs=0.05,some_mode=0.25,override=0.1,window=8,transfer_window=4096,max_attempts=3,survivors"
+    "=0.8,pub_survivors=-1.0,drop_client=4,notice=2.0,move_max=1.5,move_to=any,warm=1.0,warm_mi"
+    "n=0.5,warm_max=1.0,reconnect_timeout=3.0,resume_timeout=5.0,declare=1.0",
+    # likewise, the old origin then forgot it without an outcome (engine.py _remote_forget)
+    "seed=8007043,routers=4,topology=random,drop=0.01,dup=0.02,reorder=0.1,partitions=2,partiti"
+    "on_min=0.5,partition_max=7.5,isolate=0.3,restarts=3,restart_inc=higher,unreachable_timeout"
+    "=5.0,gossip_interval=0.5,duration=6.0,drain=60.0,publishers=1,subscribers=2,messages=15,ch"
+    "urn=0.0,flaky=0.0,slow=0.2,stall=0.1,ttl=0.0,early_settle=0.05,presettled=0.03,presettled_"
+    "subs=0.05,some_mode=0.25,override=0.1,window=8,transfer_window=4096,max_attempts=3,survivo"
+    "rs=1.0,pub_survivors=-1.0,drop_client=4,notice=0.5,move_max=1.5,move_to=any,warm=1.0,warm_"
+    "min=0.5,warm_max=3.0,reconnect_timeout=1.0,resume_timeout=5.0,declare=1.0",
+    # A warm subscriber came back at A while B, the only path from A to C, was down: C failed
+    # it at its timeout, which the checker took for a false claim (checker.py now leaves such
+    # timing unchecked, as on a network with faults).
+    "seed=8001231,routers=3,topology=line,drop=0.0,dup=0.0,reorder=0.0,partitions=0,partition_m"
+    "in=0.5,partition_max=4.5,isolate=0.3,restarts=1,restart_inc=higher,unreachable_timeout=3.0"
+    ",gossip_interval=0.5,duration=6.0,drain=60.0,publishers=4,subscribers=5,messages=15,churn="
+    "1.0,flaky=0.3,slow=0.2,stall=0.1,ttl=0.0,early_settle=0.05,presettled=0.03,presettled_subs"
+    "=0.05,some_mode=0.25,override=0.1,window=8,transfer_window=4096,max_attempts=3,survivors=0"
+    ".8,pub_survivors=-1.0,drop_client=4,notice=0.0,move_max=1.5,move_to=any,warm=1.0,warm_min="
+    "0.5,warm_max=1.0,reconnect_timeout=1.0,resume_timeout=5.0,declare=1.0",
+    # A subscriber left the router the origin owed it at (moved, then left its new router
+    # too) and the origin never heard where: its parts waited for ever (failover.py
+    # _remote_subscriber_removed now gives it its timeout). Was OPEN_BUGS; since 06e1bcd
+    # changed the draws this spec no longer meets the case: test_failover_engine.py
+    # test_a_subscriber_that_left_its_router_for_somewhere_the_origin_never_hears_of does.
+    "seed=430,routers=3,topology=full,drop=0.0,dup=0.0,reorder=0.0,partitions=2,partition_min"
+    "=0.5,partition_max=7.5,isolate=0.3,restarts=0,restart_inc=higher,unreachable_timeout=5.0"
+    ",gossip_interval=0.5,duration=6.0,drain=60.0,publishers=3,subscribers=3,messages=15,chur"
+    "n=1.0,flaky=0.3,slow=0.2,stall=0.1,ttl=0.0,early_settle=0.05,presettled=0.03,presettled_"
+    "subs=0.05,some_mode=0.25,override=0.1,window=8,transfer_window=8,max_attempts=3,survivor"
+    "s=0.8,pub_survivors=-1.0,drop_client=1,notice=2.0,move_max=1.5,move_to=any,warm=0.0,warm"
+    "_min=0.5,warm_max=1.0,reconnect_timeout=3.0,resume_timeout=5.0,declare=1.0",
+    # like 8012824 (a fresh 9100000..9102999 sweep; failover.py _remote_resend)
+    "seed=9102441,routers=4,topology=line,drop=0.0,dup=0.02,reorder=0.1,partitions=1,partition_"
+    "min=0.5,partition_max=1.0,isolate=0.3,restarts=3,restart_inc=higher,unreachable_timeout=3."
+    "0,gossip_interval=0.5,duration=6.0,drain=60.0,publishers=1,subscribers=4,messages=15,churn"
+    "=0.5,flaky=0.3,slow=0.2,stall=0.1,ttl=0.0,early_settle=0.05,presettled=0.03,presettled_sub"
+    "s=0.05,some_mode=0.25,override=0.1,window=8,transfer_window=8,max_attempts=3,survivors=0.8"
+    ",pub_survivors=-1.0,drop_client=1,notice=0.5,move_max=1.5,move_to=any,warm=1.0,warm_min=0."
+    "5,warm_max=1.0,reconnect_timeout=8.0,resume_timeout=5.0,declare=1.0",
 ]
 
 
@@ -668,14 +742,6 @@ def test_regression_seeds(spec: str) -> None:
 # with a proposed patch). They fail today; when one passes, move it into REGRESSIONS.
 OPEN_BUGS = [
     # Found by the 0..3999 failover sweep with every fault on (7 of 4000), not fixed yet:
-    # after draining, records are left over
-    "seed=430,routers=3,topology=full,drop=0.0,dup=0.0,reorder=0.0,partitions=2,partition_min"
-    "=0.5,partition_max=7.5,isolate=0.3,restarts=0,restart_inc=higher,unreachable_timeout=5.0"
-    ",gossip_interval=0.5,duration=6.0,drain=60.0,publishers=3,subscribers=3,messages=15,chur"
-    "n=1.0,flaky=0.3,slow=0.2,stall=0.1,ttl=0.0,early_settle=0.05,presettled=0.03,presettled_"
-    "subs=0.05,some_mode=0.25,override=0.1,window=8,transfer_window=8,max_attempts=3,survivor"
-    "s=0.8,pub_survivors=-1.0,drop_client=1,notice=2.0,move_max=1.5,move_to=any,warm=0.0,warm"
-    "_min=0.5,warm_max=1.0,reconnect_timeout=3.0,resume_timeout=5.0,declare=1.0",
     # first deliveries out of publish order after moves
     "seed=2077,routers=4,topology=ring,drop=0.0,dup=0.0,reorder=0.1,partitions=1,partition_mi"
     "n=0.5,partition_max=1.7999999999999998,isolate=0.3,restarts=3,restart_inc=higher,unreach"

@@ -444,17 +444,35 @@ class Engine(FailoverMixin):
             # else it lives at another router now: the origin resends it there
         # The failures first: sending copies can decide the verdict (an at-most-once
         # subscriber accepts on send), and it must not be decided without them.
-        for key in missing:
-            # A stand-in copy so that the verdict names it: it left before the message came.
-            ghost = Subscriber(-1, LinkIdentity(*key.split("/", 1)) if "/" in key
-                               else LinkIdentity(key, ""), "", f"{key}@{self.config.router_id}",
-                               False)
-            copy = add_copy(rec, -len(rec.copies) - 1, ghost)
-            self._fail(rec, copy, "was no longer attached when the message arrived")
-            copy.sub_settled = True
+        self._fail_missing(rec, missing)
         self._add_copies(rec, tuple(matched))
         self._decide(rec)
         self._maybe_forget(rec)
+
+    def _missing(self, owed: list[str]) -> list[str]:
+        """Of the keys the origin owes here, those neither attached here nor living at another
+        router as far as we know: they left before the message came."""
+        me = self.config.router_id
+        by_key, where = self._by_key, self._where
+        return [k for k in owed if k not in by_key and where.get(k, (0, me))[1] == me]
+
+    def _fail_missing(self, rec: Record, keys: list[str]) -> int:
+        """A failed stand-in copy for each of `keys` the record has none for, so that the
+        verdict names them: they left before the message came. Returns how many it added."""
+        have = {c.sub.key for c in rec.copies.values()}
+        added = 0
+        for key in keys:
+            if key in have:
+                continue
+            ghost = Subscriber(-1, LinkIdentity(*key.split("/", 1)) if "/" in key
+                               else LinkIdentity(key, ""), "", f"{key}@{self.config.router_id}",
+                               False)
+            copy = add_copy(rec, min(min(rec.copies, default=0), 0) - 1, ghost)
+            self._fail(rec, copy, "was no longer attached when the message arrived")
+            copy.sub_settled = True
+            have.add(key)
+            added += 1
+        return added
 
     def _peer_verdict(
         self, router: str, msg_id: str, accepted: bool, status: dict[str, Any],
@@ -464,7 +482,19 @@ class Engine(FailoverMixin):
         subscribers `keys` there (all we owe there if not given)."""
         rec = self._mesh_records.get((self.config.router_id, msg_id))
         if rec is None:
-            return
+            if not self._released or msg_id not in self._released:
+                return
+            # We took this record from our publisher for `router`, which answers us as its
+            # origin: its resend was stale, it yielded to ours (failover.py `_reclaim`).
+            rec = self._mesh_records.get((router, msg_id))
+            if rec is None or rec.id != msg_id:
+                return
+            if not self._reclaim(rec):
+                self._orphan(rec)  # nobody's now: it waits for its publisher to resend
+                return
+            rec = self._mesh_records.get((self.config.router_id, msg_id))
+            if rec is None:
+                return
         if keys is None:
             keys = [k for k, p in rec.peers.items() if p.router == router]
         failed = status.get("failed", ())
@@ -501,6 +531,13 @@ class Engine(FailoverMixin):
                     DELIVERY_FAILED, description or f"message {msg_id} failed at another "
                     "router (this answer comes from a record of its outcome, kept for resends)",
                     info or {})
+            if self._released and msg_id in self._released:
+                # Taken from our publisher by a resend from `origin` (failover.py): tell that
+                # publisher the outcome; without one, the record is its again.
+                if rec.final is not None:
+                    self._answer_released(rec, rec.final)
+                elif self._reclaim(rec):
+                    return
             self._publisher_done(rec)
 
     # ------------------------------------------------------------------ messages
@@ -725,6 +762,11 @@ class Engine(FailoverMixin):
         rec = pub.records.pop(tag, None)
         if rec is not None:
             self._publisher_done(rec)
+        elif self._released:  # one taken by a resend from elsewhere: it is not waiting now
+            msg_id = self._tag_for(pub, tag).decode()
+            entry = self._released.get(msg_id)
+            if entry is not None and entry[0] is pub and entry[1] == tag:
+                self._drop_released(msg_id)
 
     def _tick(self, now: float) -> None:
         """Time is now `now`: fail copies of messages whose ttl ran out, warm subscribers

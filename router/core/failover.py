@@ -9,7 +9,8 @@ keeps four things apart from the core delivery rule in `engine.py`:
   (sender-initiated retransmission, seed 002), and the router it left drops its copies.
 - **Subscribers of a lost router.** A restarted router lost its clients. Its subscribers are
   *away* for their timeout (a warm one's own, else `reconnect-timeout`): what they were owed
-  waits for them to reattach anywhere, and only then fails, naming them.
+  waits for them to reattach anywhere, and only then fails, naming them. Likewise a subscriber
+  that left the router it was owed at, while the origin hears of no new place for it.
 - **Records whose publisher or origin is gone** (*orphans*). They wait `reconnect-timeout` for
   the publisher to resume and resend; a resend adopts the record (what was accepted stays
   accepted, nothing is delivered twice), then the new origin owns it.
@@ -85,6 +86,15 @@ class FailoverMixin:
         self._tombstones: OrderedDict[str, Outcome | None] = OrderedDict()
         # Whom a tombstone answers for: the subscribers that accepted, and those that failed.
         self._stone_keys: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {}
+        # Records a resend from another router took from a publisher still attached here
+        # (`_release_from_publisher`), by delivery id: the publisher link and its tag. That
+        # resend may be stale (sent before the publisher moved here); see `_reclaim`.
+        self._released: dict[str, tuple[Publisher, bytes]] = {}
+        # Remote subscribers that left the router our records still owe them at, with no
+        # news of where they went: (deadline, that router, wait) by key (see
+        # `_remote_subscriber_removed`), and the deadlines as a heap.
+        self._left: dict[str, tuple[float, str, float]] = {}
+        self._left_expiry: list[tuple[float, str]] = []
 
     # ------------------------------------------------------------------ where subscribers are
 
@@ -147,11 +157,22 @@ class FailoverMixin:
         self._retarget(key, router, force=cur is None or cur[0] != gen)
 
     def _remote_subscriber_removed(self: Engine, router: str, key: str) -> None:
-        """Gossip: `key` left `router` for good (or moved on, which `_where` already says)."""
+        """Gossip: `key` left `router` for good (or moved on, which `_where` already says).
+        What our records still owe it there waits for it to show up elsewhere: its old
+        router fails what it held if it left for good, but drops it if it moved (`_moved_away`)
+        and we may never hear where to (it left there too before we heard). If it is nowhere
+        when its timeout passes, that fails (`_tick_failover`)."""
         cur = self._where.get(key)
         if cur is not None and cur[1] == router:
             del self._where[key]
-            self._remote_meta.pop(key, None)
+            meta = self._remote_meta.pop(key, None)
+            if any((p := rec.peers.get(key)) is not None and p.state == PartState.PENDING
+                   and p.router == router for rec in self.records.values()):
+                wait = (meta[1] if meta is not None else 0.0) or self.config.reconnect_timeout
+                deadline = self._now + wait
+                self._left[key] = (deadline, router, wait)
+                heapq.heappush(self._left_expiry, (deadline, key))
+                self._note_deadline(deadline)
         self._remote.remove((router, key))
 
     def _claim(self: Engine, sub: Subscriber) -> None:
@@ -339,6 +360,8 @@ class FailoverMixin:
             if origin == router:
                 if restarted:
                     self._orphan(rec)
+                    if rec.id in self._released:
+                        self._reclaim(rec)
                 continue
             for part in list(rec.peers.values()):
                 if part.state != PartState.PENDING or part.router != router:
@@ -399,6 +422,8 @@ class FailoverMixin:
         is not resent, and must stay after it)."""
         if rec.origin is not None:
             self._mesh_records.pop((rec.origin, rec.id), None)
+        if self._released:
+            self._drop_released(rec.id)
         adopt_as_origin(rec)
         self.stats.adopted += 1
         if not renumber:
@@ -420,35 +445,7 @@ class FailoverMixin:
         msg_id = out_tag.decode()
         rec = self._by_id.get(msg_id)
         if rec is not None and rec.publisher is None and not rec.pub_settled:
-            # Its own origin record (the publisher's connection to us dropped): that knows
-            # exactly who is owed. Not a destination's record, nor one handed over.
-            published_here = bool(rec.pub_tag) and rec.origin is None
-            self._adopt(rec, renumber=not published_here)
-            rec.publisher, rec.pub_tag = pub, tag
-            rec.partial = False  # it answers this publisher for the whole mesh now
-            pub.live += 1
-            if settled:
-                self._publisher_done(rec)
-                self._release_held()
-                return True
-            pub.records[tag] = rec
-            if published_here:
-                self._resend_parts(rec)
-                self._release_held()
-            decided = rec.outcome
-            if rec.peers or (not published_here and self._remote_owed(rec)):
-                rec.outcome = None  # it answers to this publisher across the mesh now
-                decided = None
-            if not published_here:
-                # Remote parts first: a new local copy can be accepted as it is sent (a
-                # pre-settled subscriber), and the record must not be decided without them.
-                self._owe_new_remotes(rec)
-                if self._owe_new_locals(rec):
-                    decided = None
-            if decided is not None and rec.outcome is not None:
-                self._actions.append(Decide(pub.link, tag, decided))
-            elif rec.outcome is None:  # (else a new copy, accepted as sent, decided it)
-                self._decide(rec)
+            self._adopt_for_publisher(rec, pub, tag, settled)
             return True
         if rec is None and self._tombstones.get(msg_id) is not None and not settled:
             self.stats.adopted += 1
@@ -456,6 +453,41 @@ class FailoverMixin:
             self._hold_for_settlement(pub, done, self._tombstones[msg_id])  # type: ignore[arg-type]
             return True
         return False
+
+    def _adopt_for_publisher(
+        self: Engine, rec: Record, pub: Publisher, tag: bytes, settled: bool
+    ) -> None:
+        """`pub` (attached here) owns live record `rec` of its delivery `tag` from now on:
+        this router becomes its origin and answers the publisher for the whole mesh."""
+        # Its own origin record (the publisher's connection to us dropped): that knows
+        # exactly who is owed. Not a destination's record, nor one handed over.
+        published_here = bool(rec.pub_tag) and rec.origin is None
+        self._adopt(rec, renumber=not published_here)
+        rec.publisher, rec.pub_tag = pub, tag
+        rec.partial = False  # it answers this publisher for the whole mesh now
+        pub.live += 1
+        if settled:
+            self._publisher_done(rec)
+            self._release_held()
+            return
+        pub.records[tag] = rec
+        if published_here:
+            self._resend_parts(rec)
+            self._release_held()
+        decided = rec.outcome
+        if rec.peers or (not published_here and self._remote_owed(rec)):
+            rec.outcome = None  # it answers to this publisher across the mesh now
+            decided = None
+        if not published_here:
+            # Remote parts first: a new local copy can be accepted as it is sent (a
+            # pre-settled subscriber), and the record must not be decided without them.
+            self._owe_new_remotes(rec)
+            if self._owe_new_locals(rec):
+                decided = None
+        if decided is not None and rec.outcome is not None:
+            self._actions.append(Decide(pub.link, tag, decided))
+        elif rec.outcome is None:  # (else a new copy, accepted as sent, decided it)
+            self._decide(rec)
 
     def _resend_parts(self: Engine, rec: Record) -> None:
         """Our own record comes out of orphanhood: what it still owes goes again to where
@@ -534,8 +566,9 @@ class FailoverMixin:
         rec = self._mesh_records.get((origin, msg_id))
         if rec is None:
             rec = self._by_id.get(msg_id)
+            released = None
             if rec is not None and rec.publisher is not None and not rec.pub_settled:
-                self._release_from_publisher(rec)
+                released = self._release_from_publisher(rec)
             if rec is None or rec.publisher is not None or rec.pub_settled:
                 if rec is None and msg_id in self._tombstones:
                     # It answers only for the subscribers the forgotten record had: one that
@@ -548,6 +581,8 @@ class FailoverMixin:
                     return [k for k in owed if k not in had]
                 return owed
             self._adopt(rec)
+            if released is not None:
+                self._released[msg_id] = released  # (the resend may be stale: `_reclaim`)
             rec.pub_tag = b""  # a destination's record now, whoever published it here
             # If it was ours, the new origin owes those routers now (and it is no longer a
             # record of ours in _mesh_records, peers or not).
@@ -556,6 +591,10 @@ class FailoverMixin:
             self._mesh_records[(origin, msg_id)] = rec
             rec.outcome = None
             self._release_held()
+        # Owed keys that left before the resend came fail, named, as for a new message (else
+        # the origin waits for ever for an answer about them); then the attached ones.
+        if self._fail_missing(rec, self._missing(owed)):
+            rec.outcome = None
         self._add_owed(rec, owed)
         if rec.outcome is not None:  # decided before: say it again to whoever asks now
             self._actions.append(self._verdict(rec, rec.outcome))
@@ -577,17 +616,60 @@ class FailoverMixin:
                   "pending": [], "reasons": dict.fromkeys(failed, why)}
         return Verdict(origin, msg_id, False, status, keys)
 
-    def _release_from_publisher(self: Engine, rec: Record) -> None:
+    def _release_from_publisher(self: Engine, rec: Record) -> tuple[Publisher, bytes] | None:
         """Another router resent this message of a publisher still attached here: it moved,
         whether or not we noticed its old connection die. The record is its old link's no
-        more (it is adopted for the new origin)."""
+        more (it is adopted for the new origin). Unless that link is gone, returns it and
+        the tag: the resend may be older than the link (`_reclaim`), so until we know, the
+        record still counts in the link's window (`_drop_released` ends that)."""
         pub = rec.publisher
         assert pub is not None
         pub.records.pop(rec.pub_tag, None)
-        pub.live -= 1
         rec.publisher = None
         if pub.link in self.publishers:
-            self._refill(pub)
+            return pub, rec.pub_tag
+        pub.live -= 1
+        return None
+
+    def _drop_released(self: Engine, msg_id: str) -> tuple[Publisher, bytes] | None:
+        """Forget that `msg_id` was released from a publisher here (`_released`): it no longer
+        counts in that link's window. Returns the publisher and tag, if it was."""
+        entry = self._released.pop(msg_id, None)
+        if entry is not None:
+            pub = entry[0]
+            pub.live -= 1
+            if self.publishers.get(pub.link) is pub:
+                self._refill(pub)
+        return entry
+
+    def _reclaim(self: Engine, rec: Record) -> bool:
+        """`rec` was released from a publisher attached here to the router that resent it
+        (`_release_from_publisher`), and that router turns out not to be its origin: it
+        answers us as its origin (its resend was older than the publisher's move here, and
+        it adopted ours since), stopped tracking it without an outcome, or restarted. If that
+        publisher is still attached here, the record is its again, as if it had just resent
+        it here (the resend that took it was stale); returns whether it was."""
+        pub, tag = self._released.pop(rec.id)
+        pub.live -= 1  # (counted again below, or given back)
+        if self.publishers.get(pub.link) is not pub or tag in pub.records or rec.pub_settled:
+            if self.publishers.get(pub.link) is pub:
+                self._refill(pub)
+            return False
+        self._adopt_for_publisher(rec, pub, tag, False)
+        return True
+
+    def _answer_released(self: Engine, rec: Record, outcome: Outcome) -> None:
+        """The origin `rec` was released to forgot it with the mesh-wide `outcome`: the
+        publisher still attached here that it was released from is told that outcome (it is
+        still waiting if the resend that took the record was older than its move here)."""
+        pub, tag = self._released.pop(rec.id)
+        pub.live -= 1  # (counted again below, or given back)
+        if self.publishers.get(pub.link) is not pub or tag in pub.records:
+            if self.publishers.get(pub.link) is pub:
+                self._refill(pub)
+            return
+        done = Record(self._next_seq(), pub, tag, rec.out_tag, b"", pub.mode, False, None)
+        self._hold_for_settlement(pub, done, outcome)
 
     def _drop_parts(self: Engine, rec: Record) -> None:
         drop_parts(rec)
@@ -614,6 +696,8 @@ class FailoverMixin:
         subscribers here. Without an outcome (its origin restarted, or its publisher did not
         come back in time) it keeps who accepted here, so that a later resend does not
         deliver to them again (`_message`)."""
+        if self._released:
+            self._drop_released(rec.id)
         if rec.presettled:
             return
         outcome = rec.final if rec.partial else rec.outcome
@@ -685,6 +769,17 @@ class FailoverMixin:
             self._end_away(key, away)
             self._fail_key(key, None, f"did not reattach within {away.wait:g} s after router "
                                       f"{away.router} was lost")
+        left = self._left_expiry
+        while left and left[0][0] <= now:
+            deadline, key = heapq.heappop(left)
+            entry = self._left.get(key)
+            if entry is None or entry[0] != deadline:
+                continue
+            del self._left[key]
+            if key not in self._where and key not in self._away:  # still nowhere we know of
+                _, router, wait = entry
+                self._fail_key(key, router, f"did not reattach within {wait:g} s after "
+                                            f"leaving router {router}")
         orphans = self._orphans
         while orphans and orphans[0][0] <= now:
             until, seq = heapq.heappop(orphans)
@@ -708,7 +803,7 @@ class FailoverMixin:
 
     def _failover_deadlines(self: Engine) -> list[float]:
         out = []
-        for heap in (self._away_expiry, self._orphans, self._holds):
+        for heap in (self._away_expiry, self._orphans, self._holds, self._left_expiry):
             if heap:
                 out.append(heap[0][0])
         return out

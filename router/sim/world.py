@@ -425,6 +425,7 @@ class World:
         self.moves = {"crash_lost": 0, "dropped": 0, "reattached": 0, "lost_actions": 0,
                       "stolen": 0, "resent": 0}
         self.crashed: dict[str, list[float]] = {}  # router id -> crash times
+        self.restarted: dict[str, list[float]] = {}  # router id -> restart times, likewise
         self.ever_cut = False  # a link was cut (random or scripted partition)
         self.finished_at: float | None = None
         self._build()
@@ -768,6 +769,7 @@ class World:
             inc = self.rng.randrange(1, 2**62)  # what mesh/runtime.py does
         r = self.routers[victim] = SimRouter(victim, inc, self.p)
         self.log(f"router {victim} restarts, incarnation {old.inc} -> {inc}")
+        self.restarted.setdefault(victim, []).append(self.now)
         self._schedule_tick(r)
         for key, link in sorted(self.links.items()):
             if victim in key and link.cuts == 0 and not link.up:
