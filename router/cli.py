@@ -146,6 +146,9 @@ def _sim_parser(sub: argparse._SubParsersAction) -> None:
                    help="failover (default): clients that survive and move, warm subscribers, "
                    "crashes; random: the seed sweep's, without failover")
     p.add_argument("--routers", type=int, metavar="N", help="routers in every run (2-16)")
+    p.add_argument("--set", metavar="NAME=VALUE,...", dest="overrides",
+                   help="other parameters for every run of the range, as a spec names them "
+                   "(say restarts=3,drop=0.05)")
     p.add_argument("-v", "--verbose", action="store_true",
                    help="a line for every run; with --spec, the whole trace")
     p.add_argument("--fingerprint", action="store_true",

@@ -1084,21 +1084,20 @@ def test_sim_command_is_quiet_when_every_run_passes() -> None:
 
 
 def test_sim_command_prints_a_line_per_failure_with_its_exact_replay() -> None:
-    """Failover seed 430 is an open bug (OPEN_BUGS): one line saying what broke and how to
-    replay it, the totals, exit status 1; and the replay printed fails the same way."""
-    result = sim_command("--seeds", "429-431")
+    """Runs given no time to drain (`--set drain=0`) all fail: one line each saying what broke
+    and how to replay it, the totals, exit status 1; and the replay printed fails the same
+    way, under another hash seed."""
+    result = sim_command("--seeds", "429-430", "--set", "drain=0.0,messages=40")
     lines = result.stdout.splitlines()
-    if result.returncode == 0:
-        assert lines == ["sim: 3 runs, 0 failed"]
-        pytest.skip("failover seed 430 passes now (fixed?): this test needs a failing seed")
     assert result.returncode == 1, result.stderr
-    assert lines[-1] == "sim: 3 runs, 1 failed"
-    assert len(lines) == 2, lines
-    match = FAILURE_LINE.match(lines[0])
-    assert match is not None, lines[0]
+    assert lines[-1] == "sim: 2 runs, 2 failed"
+    assert len(lines) == 3, lines
+    match = FAILURE_LINE.match(lines[1])
+    assert match is not None, lines[1]
     seed, what, spec = match.groups()
     assert seed == "430" and "after healing and draining" in what
-    assert Params.parse(spec) == Params.failover_from_seed(430)
+    want = dataclasses.replace(Params.failover_from_seed(430), drain=0.0, messages=40)
+    assert Params.parse(spec) == want
     replayed = sim_command("--spec", spec, hash_seed=None)
     assert replayed.returncode == 1, replayed.stderr
     first = replayed.stdout.splitlines()[0]

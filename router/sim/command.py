@@ -2,6 +2,7 @@
 run replayed from its spec.
 
     exactmesh sim --seeds 0-999 [--faults all|none] [--workload failover|random] [--routers N]
+        [--set NAME=VALUE,...]
     exactmesh sim --spec 'seed=…,routers=…,…' [-v]
 
 A range prints nothing for a run that passes and one line for each that fails, what broke and
@@ -56,8 +57,28 @@ def parse_seeds(text: str) -> range:
     return range(a, b + 1)
 
 
+def parse_overrides(text: str | None) -> dict[str, object]:
+    """`--set name=value,...`: parameters as a spec writes them (their kinds from Params)."""
+    if not text:
+        return {}
+    kinds = {f.name: type(f.default) for f in dataclasses.fields(Params)}
+    out: dict[str, object] = {}
+    for part in text.split(","):
+        name, eq, value = part.strip().partition("=")
+        if not eq or name not in kinds or name == "seed":
+            known = ", ".join(sorted(k for k in kinds if k != "seed"))
+            raise UsageError(f"--set: {part.strip()!r} is not NAME=VALUE with NAME one of: "
+                             f"{known}")
+        try:
+            out[name] = kinds[name](value)
+        except ValueError:
+            kind = kinds[name].__name__
+            raise UsageError(f"--set: {name}={value!r} is not of kind {kind}") from None
+    return out
+
+
 def params_for(seed: int, workload: str = "failover", faults: str = "all",
-               routers: int | None = None) -> Params:
+               routers: int | None = None, overrides: dict[str, object] | None = None) -> Params:
     """The parameters of one run of a range."""
     if workload == "failover":
         params = Params.failover_from_seed(seed)
@@ -73,6 +94,8 @@ def params_for(seed: int, workload: str = "failover", faults: str = "all",
         if not 2 <= routers <= len(NAMES):
             raise UsageError(f"--routers: {routers} is not in 2..{len(NAMES)}")
         params = dataclasses.replace(params, routers=routers)
+    if overrides:
+        params = dataclasses.replace(params, **overrides)  # type: ignore[arg-type]
     return params
 
 
@@ -150,8 +173,9 @@ def main(args: argparse.Namespace) -> int:
     """`exactmesh sim` with its parsed arguments (router/cli.py)."""
     try:
         if args.spec is not None:
-            given = [f"--{name}" for name in ("faults", "workload", "routers")
+            given = [f"--{name}" for name in ("faults", "workload", "routers", "overrides")
                      if getattr(args, name) is not None]
+            given = ["--set" if g == "--overrides" else g for g in given]
             if given:
                 raise UsageError(f"--spec replays the spec as it is: drop {' '.join(given)}")
             try:
@@ -161,9 +185,12 @@ def main(args: argparse.Namespace) -> int:
             return replay(params, verbose=args.verbose, fingerprint=args.fingerprint)
         seeds = parse_seeds(args.seeds)
         workload, faults = args.workload or "failover", args.faults or "all"
-        params_for(seeds[0], workload, faults, args.routers)  # a bad option fails before runs
+        overrides = parse_overrides(args.overrides)
+        # A bad option fails before any run (a world that cannot be built, too).
+        params_for(seeds[0], workload, faults, args.routers, overrides)
     except UsageError as err:
         print(f"exactmesh: error: {err}", file=sys.stderr)
         return EXIT_USAGE
-    runs = ((seed, params_for(seed, workload, faults, args.routers)) for seed in seeds)
+    runs = ((seed, params_for(seed, workload, faults, args.routers, overrides))
+            for seed in seeds)
     return run_range(runs, verbose=args.verbose, fingerprint=args.fingerprint)
