@@ -70,7 +70,7 @@ from .records import (
     Subscriber,
     outgoing_tag,
 )
-from .topics import SubscriptionIndex
+from .topics import SubscriptionIndex, matches
 from .transitions import Step, add_copy, add_part, move_copy, move_part
 
 QUEUED, SENT, ACCEPTED_STATE, FAILED, WITHDRAWN = (
@@ -249,6 +249,17 @@ class Engine(FailoverMixin):
         """A live record by its delivery id (the outgoing tag in hex); the newest if a reused
         tag gave several live records the same id."""
         return self._by_id.get(delivery_id)
+
+    def matching(
+        self, address: str
+    ) -> tuple[tuple[int, ...], tuple[tuple[str, str], ...], tuple[str, ...]]:
+        """Who a message to topic `address` would be owed here now (read-only): local
+        subscriber numbers, remote (router, key) pairs, and the keys of subscribers away from
+        a lost router that are not warm (a publisher's resend is owed to them too)."""
+        remote = tuple(self._remote.match(address)) if len(self._remote) else ()
+        away = tuple(key for key, a in sorted(self._away.items())
+                     if not a.timeout and matches(a.filter, address))
+        return self._index.match(address), remote, away
 
     def iter_records(self) -> Iterator[Record]:
         return iter(self.records.values())

@@ -262,7 +262,7 @@ class Checker:
         msg.sent_from = (pub.router.id, pub.router.inc)
         self.stats.resent += 1
         r = pub.router
-        rec = r.engine._by_id.get(msg.id)
+        rec = r.engine.find(msg.id)
         era = msg.eras.get((r.id, r.inc))
         # Its outcome, kept after the record was forgotten: the answer comes from that.
         stone = rec is None and r.engine.remembered(msg.id) is not None
@@ -278,7 +278,7 @@ class Checker:
                       f"{p.reconnect_timeout:g} s), but {r.id} kept neither its record nor "
                       f"its outcome{f': {describe_record(rec)}' if rec is not None else ''}")
         if (not stone and gone_for >= p.reconnect_timeout
-                and not any(not r2.dead and (rec2 := r2.engine._by_id.get(msg.id)) is not None
+                and not any(not r2.dead and (rec2 := r2.engine.find(msg.id)) is not None
                             and not rec2.pub_settled for r2 in world.routers.values())):
             # Its publisher stayed away longer than reconnect-timeout, and every router gave
             # it up (no record waits for this resend, no outcome is kept): the resend is a
@@ -412,7 +412,7 @@ class Checker:
         elif copies == 0:
             self.stats.first_deliveries += 1
             came_from = msg.sent_from
-            live = sub.router.engine._by_id.get(msg.id)
+            live = sub.router.engine.find(msg.id)
             if live is not None and live.origin is not None and live.origin != came_from[0]:
                 # The copy comes from a record its router got from another origin than the
                 # message's latest send: an earlier origin's forward, which the resend did

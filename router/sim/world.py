@@ -73,7 +73,6 @@ from router.core.actions import (
 )
 from router.core.engine import Disposition, Engine, EngineConfig
 from router.core.records import ALL, SOME, LinkIdentity, outgoing_tag
-from router.core.topics import matches
 
 from .checker import Checker, Msg, Violation
 
@@ -1082,9 +1081,7 @@ class World:
 
     def _origin_view(self, pub: PubClient) -> tuple[tuple[int, ...], tuple[tuple[str, str], ...]]:
         """Who the publisher's router would owe a message to topic right now (read-only)."""
-        engine = pub.router.engine
-        local = engine._index.match(pub.topic)
-        remote = engine._remote.match(pub.topic) if len(engine._remote) else ()
+        local, remote, _away = pub.router.engine.matching(pub.topic)
         return local, remote
 
     def publish(self, pub: PubClient, *, presettled: bool | None = None,
@@ -1127,9 +1124,7 @@ class World:
             msg = pub.undecided.get(tag)
             if msg is None or not msg.tracked:
                 continue  # settled early meanwhile: not sent again
-            local, remote = self._origin_view(pub)
-            away = tuple(key for key, a in sorted(r.engine._away.items())
-                         if not a.timeout and matches(a.filter, pub.topic))
+            local, remote, away = r.engine.matching(pub.topic)
             self.checker.on_resend(pub, msg, local, remote, away)
             pub.credit -= 1
             self.moves["resent"] += 1
@@ -1239,7 +1234,7 @@ class World:
             return
         sub: SubClient = client  # type: ignore[assignment]
         if isinstance(action, Send):
-            rec = sub.router.engine._by_id.get(action.tag.decode())
+            rec = sub.router.engine.find(action.tag.decode())
             # The record's identity, not its number: an adopted record is numbered anew (publish
             # order) but is the same record. Pinned, so that no later record reuses the id.
             if rec is not None:
