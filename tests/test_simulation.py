@@ -730,6 +730,44 @@ REGRESSIONS = [
     "s=0.05,some_mode=0.25,override=0.1,window=8,transfer_window=8,max_attempts=3,survivors=0.8"
     ",pub_survivors=-1.0,drop_client=1,notice=0.5,move_max=1.5,move_to=any,warm=1.0,warm_min=0."
     "5,warm_max=1.0,reconnect_timeout=8.0,resume_timeout=5.0,declare=1.0",
+    # A decided orphan its publisher did not declare on reattaching at the same router
+    # held a moved subscriber's older messages until its deadline, after the publisher's new
+    # ones (engine.py _attach_publisher, failover.py _settled_by_declaration gives it up)
+    "seed=8003533,routers=3,topology=star,drop=0.0,dup=0.02,reorder=0.0,partitions=1,"
+    "partition_min=0.5,partition_max=1.0,isolate=0.3,restarts=1,restart_inc=higher,"
+    "unreachable_timeout=5.0,gossip_interval=0.5,duration=6.0,drain=60.0,publishers=3,"
+    "subscribers=4,messages=15,churn=0.0,flaky=0.3,slow=0.2,stall=0.1,ttl=0.1,"
+    "early_settle=0.05,presettled=0.03,presettled_subs=0.05,some_mode=0.25,override=0.1,"
+    "window=8,transfer_window=4096,max_attempts=3,survivors=1.0,pub_survivors=-1.0,"
+    "drop_client=4,notice=0.0,move_max=1.5,move_to=same,warm=0.0,warm_min=0.5,warm_max=1.0,"
+    "reconnect_timeout=8.0,resume_timeout=5.0,declare=1.0",
+    # likewise
+    "seed=12006920,routers=5,topology=full,drop=0.0,dup=0.0,reorder=0.0,partitions=0,"
+    "partition_min=0.5,partition_max=1.0,isolate=0.3,restarts=2,restart_inc=higher,"
+    "unreachable_timeout=5.0,gossip_interval=0.5,duration=6.0,drain=60.0,publishers=4,"
+    "subscribers=3,messages=15,churn=1.0,flaky=0.3,slow=0.2,stall=0.1,ttl=0.0,"
+    "early_settle=0.05,presettled=0.03,presettled_subs=0.05,some_mode=0.25,override=0.1,"
+    "window=8,transfer_window=8,max_attempts=3,survivors=0.5,pub_survivors=-1.0,drop_client=1,"
+    "notice=0.0,move_max=1.5,move_to=same,warm=1.0,warm_min=0.5,warm_max=3.0,"
+    "reconnect_timeout=3.0,resume_timeout=5.0,declare=1.0",
+    # likewise (the orphans came from a stolen link)
+    "seed=12009516,routers=3,topology=line,drop=0.0,dup=0.0,reorder=0.1,partitions=0,"
+    "partition_min=0.5,partition_max=3.0,isolate=0.3,restarts=2,restart_inc=higher,"
+    "unreachable_timeout=5.0,gossip_interval=0.5,duration=6.0,drain=60.0,publishers=4,"
+    "subscribers=3,messages=15,churn=0.0,flaky=0.0,slow=0.2,stall=0.1,ttl=0.1,"
+    "early_settle=0.05,presettled=0.03,presettled_subs=0.05,some_mode=0.25,override=0.1,"
+    "window=8,transfer_window=4096,max_attempts=3,survivors=0.8,pub_survivors=-1.0,"
+    "drop_client=2,notice=0.5,move_max=1.5,move_to=same,warm=1.0,warm_min=0.5,warm_max=1.0,"
+    "reconnect_timeout=3.0,resume_timeout=5.0,declare=1.0",
+    # likewise
+    "seed=9100656,routers=4,topology=star,drop=0.0,dup=0.02,reorder=0.0,partitions=0,"
+    "partition_min=0.5,partition_max=7.5,isolate=0.3,restarts=2,restart_inc=higher,"
+    "unreachable_timeout=5.0,gossip_interval=0.5,duration=6.0,drain=60.0,publishers=2,"
+    "subscribers=2,messages=15,churn=0.5,flaky=0.0,slow=0.2,stall=0.1,ttl=0.1,"
+    "early_settle=0.05,presettled=0.03,presettled_subs=0.05,some_mode=0.25,override=0.1,"
+    "window=8,transfer_window=4096,max_attempts=3,survivors=1.0,pub_survivors=-1.0,"
+    "drop_client=4,notice=0.0,move_max=1.5,move_to=same,warm=0.0,warm_min=0.5,warm_max=1.0,"
+    "reconnect_timeout=8.0,resume_timeout=5.0,declare=1.0",
 ]
 
 

@@ -270,6 +270,8 @@ class Engine(FailoverMixin):
         pub = Publisher(link, ident, address, mode, label)
         pub.resends = set(resends or ())
         self.publishers[link] = pub
+        if resends is not None:
+            self._settled_by_declaration(ident, pub.resends)
         self._refill(pub, force=True)
         known = [t for t in dict.fromkeys(resends or ())
                  if outgoing_tag(ident.container, ident.name, t).decode() in self._by_id]

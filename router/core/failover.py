@@ -413,6 +413,29 @@ class FailoverMixin:
         heapq.heappush(self._orphans, (until, rec.seq))
         self._note_deadline(until)
 
+    def _give_up(self: Engine, rec: Record) -> None:
+        """Orphan `rec` will not be resent: stop tracking it, as for a DELETE, and stop
+        waiting for answers even if it was decided (a router that adopted it for a new origin
+        answers that one, not us)."""
+        adopt_as_origin(rec)
+        self._withdraw(rec)
+        self._publisher_done(rec)
+
+    def _settled_by_declaration(self: Engine, ident: Any, resends: set[bytes]) -> None:
+        """A publisher attached here declaring `resends`: every message it holds without a
+        final outcome (docs/resume-protocol.md). Its orphans here that it did not declare, it
+        has settled (it has their outcome, or settled early): they are given up now, not at
+        their deadline. Else what waits behind them for a moved subscriber (`_held`) would
+        be sent after the publisher's new messages, which go out at once."""
+        gone = [rec for rec in self.records.values()
+                if rec.orphan_until is not None and rec.pub_ident == ident and rec.pub_tag
+                and rec.pub_tag not in resends]
+        for rec in sorted(gone, key=lambda r: r.seq):
+            if rec.seq in self.records and rec.orphan_until is not None:
+                self._give_up(rec)
+        if gone:
+            self._release_held()
+
     def _adopt(self: Engine, rec: Record, renumber: bool = True) -> None:
         """A resend found `rec`: it is nobody's orphan any more. It is numbered anew, as if it
         arrived now: record numbers give publish order (moves requeue and resend by them),
@@ -785,12 +808,7 @@ class FailoverMixin:
             until, seq = heapq.heappop(orphans)
             rec = self.records.get(seq)
             if rec is not None and rec.orphan_until == until:
-                # Nobody resent it here: stop tracking it, as for a DELETE, and stop waiting
-                # for answers even if it was decided (a router that adopted it for a new
-                # origin answers that one, not us).
-                adopt_as_origin(rec)
-                self._withdraw(rec)
-                self._publisher_done(rec)
+                self._give_up(rec)  # nobody resent it here
                 self._release_held()
         holds = self._holds
         while holds and holds[0][0] <= now:
