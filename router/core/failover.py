@@ -622,9 +622,22 @@ class FailoverMixin:
         if rec.outcome is not None:  # decided before: say it again to whoever asks now
             self._actions.append(self._verdict(rec, rec.outcome))
         else:
+            self._answer_done(rec, owed)
             self._decide(rec)
         self._maybe_forget(rec)
         return []
+
+    def _answer_done(self: Engine, rec: Record, owed: list[str]) -> None:
+        """The origin resends `rec` for `owed` keys (it has not heard of them) while the
+        record is undecided here: those whose copy here is done already (one that left before
+        the first copy came, failed) are answered for now, not with the verdict. Else the
+        origin, still waiting, resends it wherever the subscriber goes next, which gets it
+        after what it got here since."""
+        asked = set(owed)
+        keys = [c.sub.key for c in rec.copies.values()
+                if c.sub.key in asked and c.state in (ACCEPTED_STATE, CopyState.FAILED)]
+        if keys and rec.origin is not None:
+            self._actions.append(Verdict(rec.origin, rec.id, False, rec.status(), keys))
 
     def _stone_verdict(self: Engine, origin: str, msg_id: str, keys: list[str]) -> Verdict:
         """The answer a tombstone gives for `keys`: who accepted and who failed, named as
