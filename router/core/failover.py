@@ -336,9 +336,12 @@ class FailoverMixin:
         rec.told.add(router)
         self.stats.resent += 1
         pub = rec.publisher
+        at = self._where.get(key)
+        gens = {key: at[0]} if at is not None and at[1] == router else None
         self._actions.append(Forward(rec.id, {router: [key]}, rec.address, rec.payload,
                                      rec.mode, self._ttl_left(rec),
-                                     pub.label if pub is not None else "", resend=True))
+                                     pub.label if pub is not None else "", resend=True,
+                                     gens=gens))
 
     def _ttl_left(self: Engine, rec: Record) -> int | None:
         if rec.expires is None:
