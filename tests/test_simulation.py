@@ -817,6 +817,16 @@ REGRESSIONS = [
     "window=8,transfer_window=4096,max_attempts=3,survivors=0.5,pub_survivors=-1.0,"
     "drop_client=4,notice=0.0,move_max=1.5,move_to=any,warm=1.0,warm_min=0.5,warm_max=1.0,"
     "reconnect_timeout=1.0,resume_timeout=5.0,declare=1.0",
+    # A late copy, the origin's forget and the publisher's resend past reconnect-timeout came
+    # in one batch: the simulator took the first copy for one from the second record (it
+    # looked the record up when the actions were taken): sim/world.py notes it per Send
+    "seed=2550,routers=3,topology=line,drop=0.0,dup=0.0,reorder=0.5,partitions=2,partition_mi"
+    "n=0.5,partition_max=1.0,isolate=0.3,restarts=1,restart_inc=higher,unreachable_timeout=5."
+    "0,gossip_interval=0.5,duration=6.0,drain=60.0,publishers=2,subscribers=2,messages=15,chu"
+    "rn=1.0,flaky=0.0,slow=0.2,stall=0.1,ttl=0.0,early_settle=0.05,presettled=0.03,presettled"
+    "_subs=0.05,some_mode=0.25,override=0.1,window=8,transfer_window=4096,max_attempts=3,surv"
+    "ivors=1.0,pub_survivors=-1.0,drop_client=1,notice=0.0,move_max=1.5,move_to=same,warm=1.0"
+    ",warm_min=0.5,warm_max=5.0,reconnect_timeout=1.0,resume_timeout=5.0,declare=1.0",
 ]
 
 
@@ -838,16 +848,6 @@ OPEN_BUGS = [
     "attempts=3,survivors=0.8,pub_survivors=0.0,drop_client=4,notice=0.0,move_max=1.5,move_to"
     "=any,warm=0.0,warm_min=0.5,warm_max=3.0,reconnect_timeout=8.0,resume_timeout=5.0,declare"
     "=1.0",
-    # a publisher that resumed after reconnect-timeout: its withdrawn in-flight copies are
-    # delivered again to a subscriber that never moved (by design? the SDK filters it; the
-    # checker counts it as a strict duplicate)
-    "seed=2550,routers=3,topology=line,drop=0.0,dup=0.0,reorder=0.5,partitions=2,partition_mi"
-    "n=0.5,partition_max=1.0,isolate=0.3,restarts=1,restart_inc=higher,unreachable_timeout=5."
-    "0,gossip_interval=0.5,duration=6.0,drain=60.0,publishers=2,subscribers=2,messages=15,chu"
-    "rn=1.0,flaky=0.0,slow=0.2,stall=0.1,ttl=0.0,early_settle=0.05,presettled=0.03,presettled"
-    "_subs=0.05,some_mode=0.25,override=0.1,window=8,transfer_window=4096,max_attempts=3,surv"
-    "ivors=1.0,pub_survivors=-1.0,drop_client=1,notice=0.0,move_max=1.5,move_to=same,warm=1.0"
-    ",warm_min=0.5,warm_max=5.0,reconnect_timeout=1.0,resume_timeout=5.0,declare=1.0",
     # first deliveries out of publish order after a publisher resumed at its first router
     "seed=210,routers=3,topology=line,drop=0.0,dup=0.0,reorder=0.1,partitions=0,partition_min"
     "=0.5,partition_max=1.7999999999999998,isolate=0.3,restarts=2,restart_inc=higher,unreacha"

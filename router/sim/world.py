@@ -283,6 +283,24 @@ class SimRouter:
         self.tick_token = 0
         self.last_tick = -1.0
         self.dead = False  # crashed: this instance never runs again
+        # The record each copy was sent from, by the Send action, noted as the engine makes it:
+        # the mesh hands the engine a whole batch before the actions are taken, and the record
+        # may be forgotten (and another made for a resend) within it.
+        self.sent_from: dict[int, tuple[Send, object]] = {}
+        handle = self.engine.handle
+
+        def noting(event: ev.Event) -> Any:
+            engine = self.engine
+            start = len(engine._actions)
+            result = handle(event)
+            for action in engine._actions[start:]:
+                if type(action) is Send:
+                    rec = engine._by_id.get(action.tag.decode())
+                    if rec is not None:
+                        self.sent_from[id(action)] = (action, rec)
+            return result
+
+        self.engine.handle = noting  # type: ignore[method-assign]
 
 
 class SimLink:
@@ -596,6 +614,7 @@ class World:
                 else:
                     self.checker.stray(r, action)
             self._output(r)
+        r.sent_from.clear()
         self._output(r)
         self.checker.check_router(r)
         self._schedule_tick(r)
@@ -1239,7 +1258,8 @@ class World:
             return
         sub: SubClient = client  # type: ignore[assignment]
         if isinstance(action, Send):
-            rec = sub.router.engine._by_id.get(action.tag.decode())
+            noted = sub.router.sent_from.pop(id(action), None)
+            rec = noted[1] if noted is not None and noted[0] is action else None
             # The record's identity, not its number: an adopted record is numbered anew (publish
             # order) but is the same record. Pinned, so that no later record reuses the id.
             if rec is not None:
