@@ -236,9 +236,10 @@ class MeshNode:
         elif kind == MSG:
             _, msg_id, address, payload, mode, ttl_ms, _publisher, owed, resend = item[:9]
             presettled = len(item) > 9 and item[9] is True  # absent from older routers
+            gens = item[10] if len(item) > 10 and isinstance(item[10], dict) else None
             engine.handle(ev.RemoteMessage(now, src, msg_id, address, payload,
                                            owed.get(self.me, []), mode, ttl_ms, resend,
-                                           presettled))
+                                           presettled, gens))
         elif kind == VERDICT:
             _, msg_id, accepted, status, keys = item
             engine.handle(ev.PeerVerdict(now, src, msg_id, accepted, status, keys))
@@ -276,8 +277,10 @@ class MeshNode:
         if isinstance(action, Forward):
             item = [MSG, action.msg_id, action.address, action.payload, action.mode,
                     action.ttl_ms, action.publisher, action.owed, action.resend]
-            if action.presettled:
-                item.append(True)
+            if action.presettled or action.gens:
+                item.append(action.presettled)
+            if action.gens:
+                item.append(action.gens)
             routers = [r for r in action.owed if r not in self._given_up]
             self._transmit(routers, item, now)
             for r in action.owed:

@@ -130,7 +130,10 @@ class Forward:
     knew there when the message arrived: the subscribers the destination must answer for.
     `resend` marks a message the mesh may have seen before (a publisher resumed, or a
     subscriber moved): a destination holding a record of it adds to that record, or answers
-    from what it remembers of a forgotten one, instead of delivering it again."""
+    from what it remembers of a forgotten one, instead of delivering it again.
+    `gens`: the attach generation, by key, of the attach each owed subscriber was owed it at
+    (as far as this router knows): a destination where that key attached again since leaves
+    the copy to the resend that the newer attach brings from here."""
 
     msg_id: str
     owed: dict[str, list[str]]
@@ -141,10 +144,11 @@ class Forward:
     publisher: str
     resend: bool = False
     presettled: bool = False
+    gens: dict[str, int] | None = None
 
     def __init__(self, msg_id: str, owed: dict[str, list[str]], address: str, payload: bytes,
                  mode: str, ttl_ms: int | None, publisher: str, resend: bool = False,
-                 presettled: bool = False) -> None:
+                 presettled: bool = False, gens: dict[str, int] | None = None) -> None:
         self.msg_id = msg_id
         self.owed = owed
         self.address = address
@@ -154,6 +158,7 @@ class Forward:
         self.publisher = publisher
         self.resend = resend
         self.presettled = presettled
+        self.gens = gens
 
 
 @dataclass(slots=True, init=False)

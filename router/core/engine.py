@@ -219,6 +219,15 @@ class Engine(FailoverMixin):
         actions, self._actions = self._actions, []
         return actions
 
+    def actions_pending(self) -> int:
+        """How many effects wait to be taken: what one event added is what follows them."""
+        return len(self._actions)
+
+    def peek_actions(self, start: int = 0) -> list[EngineAction]:
+        """The effects waiting from `start` on, without taking them (the simulator notes
+        which record each copy came from as the engine makes it)."""
+        return self._actions[start:]
+
     def next_deadline(self) -> float | None:
         """When a `TimePassed` next has work to do (a message's ttl runs out), or None."""
         heap = self._expiry
@@ -281,6 +290,8 @@ class Engine(FailoverMixin):
         pub = Publisher(link, ident, address, mode, label)
         pub.resends = set(resends or ())
         self.publishers[link] = pub
+        if resends is not None:
+            self._settled_by_declaration(ident, pub.resends)
         self._refill(pub, force=True)
         known = [t for t in dict.fromkeys(resends or ())
                  if outgoing_tag(ident.container, ident.name, t).decode() in self._by_id]
@@ -419,6 +430,10 @@ class Engine(FailoverMixin):
         already (from the old origin, or for other subscribers): it is added to, not
         delivered twice."""
         origin, msg_id, owed, ttl_ms = ev.origin, ev.msg_id, ev.owed, ev.ttl_ms
+        if ev.gens:
+            owed = self._not_reattached(owed, ev.gens)
+            if not owed:
+                return
         if (origin, msg_id) in self._mesh_records or ev.resend:
             owed = self._remote_resend(origin, msg_id, owed)
             if not owed:
@@ -459,6 +474,16 @@ class Engine(FailoverMixin):
         self._add_copies(rec, tuple(matched))
         self._decide(rec)
         self._maybe_forget(rec)
+
+    def _not_reattached(self, owed: list[str], gens: dict[str, int]) -> list[str]:
+        """Of the keys the origin owes here, leave out those it owed at an older attach than
+        the one here now (it left and attached again, here or elsewhere first, since the
+        origin sent this): the origin resends to the newer attach when it hears of it, in
+        publish order, and this older send may have been overtaken by those resends (a
+        partition held it up), or be followed by them."""
+        by_key = self._by_key
+        return [k for k in owed
+                if (sub := by_key.get(k)) is None or sub.gen <= gens.get(k, sub.gen)]
 
     def _missing(self, owed: list[str]) -> list[str]:
         """Of the keys the origin owes here, those neither attached here nor living at another
@@ -690,10 +715,14 @@ class Engine(FailoverMixin):
         """Owe the message to the remote subscribers we know of, grouped by their router. A
         warm subscriber away from a lost router is owed it too, and gets it when it is back."""
         owed: dict[str, list[str]] = {}
+        gens: dict[str, int] = {}
+        where = self._where
         presettled = rec.presettled
         for router, key in remote:
             if router:
                 owed.setdefault(router, []).append(key)
+                if (at := where.get(key)) is not None and at[1] == router:
+                    gens[key] = at[0]
                 if not presettled:  # at most once: no verdict comes back, nothing to wait for
                     add_part(rec, key, router)
             else:  # away: named after the router it was lost with
@@ -705,7 +734,7 @@ class Engine(FailoverMixin):
             pub = rec.publisher
             self._actions.append(Forward(rec.id, owed, rec.address, rec.payload, rec.mode,
                                          ttl_ms, pub.label if pub is not None else "", resend,
-                                         presettled))
+                                         presettled, gens or None))
 
     def _refuse_message(
         self, link: int, tag: bytes, condition: str, description: str, settled: bool

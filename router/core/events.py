@@ -179,14 +179,15 @@ class PublisherSettled(Event):
 
 class RemoteMessage(Event):
     """Router `origin`'s message `msg_id`, owed to subscribers `owed` (keys) here;
-    `presettled`: at most once (sent to those attached, answered for to nobody)."""
+    `presettled`: at most once (sent to those attached, answered for to nobody). `gens`: the
+    attach generation each owed key was owed it at, by key (None from an older router)."""
 
-    __slots__ = ("address", "mode", "msg_id", "origin", "owed", "payload", "presettled",
-                 "resend", "ttl_ms")
+    __slots__ = ("address", "gens", "mode", "msg_id", "origin", "owed", "payload",
+                 "presettled", "resend", "ttl_ms")
 
     def __init__(self, now: float, origin: str, msg_id: str, address: str, payload: bytes,
                  owed: list[str], mode: str, ttl_ms: int | None, resend: bool = False,
-                 presettled: bool = False) -> None:
+                 presettled: bool = False, gens: dict[str, int] | None = None) -> None:
         self.now = now
         self.origin = origin
         self.msg_id = msg_id
@@ -197,6 +198,7 @@ class RemoteMessage(Event):
         self.ttl_ms = ttl_ms
         self.resend = resend
         self.presettled = presettled
+        self.gens = gens
 
 
 class PeerVerdict(Event):

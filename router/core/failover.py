@@ -336,9 +336,12 @@ class FailoverMixin:
         rec.told.add(router)
         self.stats.resent += 1
         pub = rec.publisher
+        at = self._where.get(key)
+        gens = {key: at[0]} if at is not None and at[1] == router else None
         self._actions.append(Forward(rec.id, {router: [key]}, rec.address, rec.payload,
                                      rec.mode, self._ttl_left(rec),
-                                     pub.label if pub is not None else "", resend=True))
+                                     pub.label if pub is not None else "", resend=True,
+                                     gens=gens))
 
     def _ttl_left(self: Engine, rec: Record) -> int | None:
         if rec.expires is None:
@@ -412,6 +415,29 @@ class FailoverMixin:
         orphan(rec, until)
         heapq.heappush(self._orphans, (until, rec.seq))
         self._note_deadline(until)
+
+    def _give_up(self: Engine, rec: Record) -> None:
+        """Orphan `rec` will not be resent: stop tracking it, as for a DELETE, and stop
+        waiting for answers even if it was decided (a router that adopted it for a new origin
+        answers that one, not us)."""
+        adopt_as_origin(rec)
+        self._withdraw(rec)
+        self._publisher_done(rec)
+
+    def _settled_by_declaration(self: Engine, ident: Any, resends: set[bytes]) -> None:
+        """A publisher attached here declaring `resends`: every message it holds without a
+        final outcome (docs/resume-protocol.md). Its orphans here that it did not declare, it
+        has settled (it has their outcome, or settled early): they are given up now, not at
+        their deadline. Else what waits behind them for a moved subscriber (`_held`) would
+        be sent after the publisher's new messages, which go out at once."""
+        gone = [rec for rec in self.records.values()
+                if rec.orphan_until is not None and rec.pub_ident == ident and rec.pub_tag
+                and rec.pub_tag not in resends]
+        for rec in sorted(gone, key=lambda r: r.seq):
+            if rec.seq in self.records and rec.orphan_until is not None:
+                self._give_up(rec)
+        if gone:
+            self._release_held()
 
     def _adopt(self: Engine, rec: Record, renumber: bool = True) -> None:
         """A resend found `rec`: it is nobody's orphan any more. It is numbered anew, as if it
@@ -599,9 +625,22 @@ class FailoverMixin:
         if rec.outcome is not None:  # decided before: say it again to whoever asks now
             self._actions.append(self._verdict(rec, rec.outcome))
         else:
+            self._answer_done(rec, owed)
             self._decide(rec)
         self._maybe_forget(rec)
         return []
+
+    def _answer_done(self: Engine, rec: Record, owed: list[str]) -> None:
+        """The origin resends `rec` for `owed` keys (it has not heard of them) while the
+        record is undecided here: those whose copy here is done already (one that left before
+        the first copy came, failed) are answered for now, not with the verdict. Else the
+        origin, still waiting, resends it wherever the subscriber goes next, which gets it
+        after what it got here since."""
+        asked = set(owed)
+        keys = [c.sub.key for c in rec.copies.values()
+                if c.sub.key in asked and c.state in (ACCEPTED_STATE, CopyState.FAILED)]
+        if keys and rec.origin is not None:
+            self._actions.append(Verdict(rec.origin, rec.id, False, rec.status(), keys))
 
     def _stone_verdict(self: Engine, origin: str, msg_id: str, keys: list[str]) -> Verdict:
         """The answer a tombstone gives for `keys`: who accepted and who failed, named as
@@ -785,12 +824,7 @@ class FailoverMixin:
             until, seq = heapq.heappop(orphans)
             rec = self.records.get(seq)
             if rec is not None and rec.orphan_until == until:
-                # Nobody resent it here: stop tracking it, as for a DELETE, and stop waiting
-                # for answers even if it was decided (a router that adopted it for a new
-                # origin answers that one, not us).
-                adopt_as_origin(rec)
-                self._withdraw(rec)
-                self._publisher_done(rec)
+                self._give_up(rec)  # nobody resent it here
                 self._release_held()
         holds = self._holds
         while holds and holds[0][0] <= now:

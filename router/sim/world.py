@@ -270,18 +270,47 @@ class SimRouter:
     def __init__(self, rid: str, inc: int, p: Params) -> None:
         self.id = rid
         self.inc = inc
-        self.engine = Engine(EngineConfig(router_id=rid, publisher_window=p.window,
-                                          max_delivery_attempts=p.max_attempts,
-                                          reconnect_timeout=p.reconnect_timeout,
-                                          resume_timeout=p.resume_timeout,
-                                          check_invariants=True))
-        self.mesh = MeshNode(rid, inc, self.engine, unreachable_timeout=p.unreachable_timeout,
+        # The record each copy was sent from, by the Send action, noted as the engine makes it:
+        # the mesh hands the engine a whole batch before the actions are taken, and the record
+        # may be forgotten (and another made for a resend) within it.
+        self.sent_from: dict[int, tuple[Send, object]] = {}
+        self.engine = NotingEngine(Engine(EngineConfig(
+            router_id=rid, publisher_window=p.window, max_delivery_attempts=p.max_attempts,
+            reconnect_timeout=p.reconnect_timeout, resume_timeout=p.resume_timeout,
+            check_invariants=True)), self.sent_from)
+        self.mesh = MeshNode(rid, inc, self.engine,  # type: ignore[arg-type]
+                             unreachable_timeout=p.unreachable_timeout,
                              gossip_interval=p.gossip_interval,
                              transfer_window=p.transfer_window)
         self.tick_at: float | None = None
         self.tick_token = 0
         self.last_tick = -1.0
         self.dead = False  # crashed: this instance never runs again
+
+
+class NotingEngine:
+    """A router's engine as the simulator drives it (the mesh node and the clients alike):
+    each event goes to the real engine's `handle`, and the record each copy it sends comes
+    from is noted in `sent_from` as the engine makes the Send. Everything else is the
+    engine's own."""
+
+    def __init__(self, engine: Engine, sent_from: dict[int, tuple[Send, object]]) -> None:
+        self.core = engine
+        self.sent_from = sent_from
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.core, name)
+
+    def handle(self, event: ev.Event) -> Any:
+        core = self.core
+        start = core.actions_pending()
+        result = core.handle(event)
+        for action in core.peek_actions(start):
+            if type(action) is Send:
+                rec = core.find(action.tag.decode())
+                if rec is not None:
+                    self.sent_from[id(action)] = (action, rec)
+        return result
 
 
 class SimLink:
@@ -595,6 +624,7 @@ class World:
                 else:
                     self.checker.stray(r, action)
             self._output(r)
+        r.sent_from.clear()
         self._output(r)
         self.checker.check_router(r)
         self._schedule_tick(r)
@@ -1234,7 +1264,8 @@ class World:
             return
         sub: SubClient = client  # type: ignore[assignment]
         if isinstance(action, Send):
-            rec = sub.router.engine.find(action.tag.decode())
+            noted = sub.router.sent_from.pop(id(action), None)
+            rec = noted[1] if noted is not None and noted[0] is action else None
             # The record's identity, not its number: an adopted record is numbered anew (publish
             # order) but is the same record. Pinned, so that no later record reuses the id.
             if rec is not None:
