@@ -471,7 +471,10 @@ class FailoverMixin:
             self._release_held()
             return
         pub.records[tag] = rec
-        if published_here:
+        if published_here or rec.peers:
+            # Another origin's record has parts only for subscribers that moved away from
+            # here while it was an orphan (`_moved_away`): they were left to be sent once its
+            # publisher resumed here, which is now.
             self._resend_parts(rec)
             self._release_held()
         decided = rec.outcome
