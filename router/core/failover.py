@@ -237,7 +237,7 @@ class FailoverMixin:
                     self._mesh_records[(self.config.router_id, rec.id)] = rec
                     self._held.setdefault(sub.key, []).append(rec)
                 else:  # owed there, sent if its publisher resumes here (_resend_parts)
-                    add_part(rec, sub.key, None, router)
+                    add_part(rec, sub.key, router)
                     self._mesh_records[(self.config.router_id, rec.id)] = rec
                     waiting.add(rec.pub_ident)
             self._decide(rec)
@@ -292,7 +292,10 @@ class FailoverMixin:
             if part is None or part.state != PartState.PENDING:
                 continue
             if rec.orphan_until is not None:
-                waiting.add(rec.pub_ident)  # (not held itself: `_resend_parts` sends it)
+                # Not held itself: `_resend_parts` sends it. But it is owed there now, so that
+                # if it leaves there too, its part waits for it as the others do (`_left`).
+                part.router = part.last = router
+                waiting.add(rec.pub_ident)
                 continue
             part.router = part.last = router
             if rec.pub_ident is not None and rec.pub_ident in waiting:
