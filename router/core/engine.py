@@ -858,7 +858,10 @@ class Engine(FailoverMixin):
             return
         rec.outcome = outcome
         if rec.origin is not None:
-            self._actions.append(self._verdict(rec, outcome))
+            verdict = self._verdict(rec, outcome)
+            self._actions.append(verdict)
+            if rec.former:
+                self._tell_former(rec, verdict)
             return
         if outcome is ACCEPTED:
             self.stats.accepted += 1
@@ -889,7 +892,17 @@ class Engine(FailoverMixin):
                 if c.state in (ACCEPTED_STATE, FAILED) and c.sub.key not in answered]
         if keys:
             answered.update(keys)
-            self._actions.append(Verdict(rec.origin, rec.id, False, rec.status(), keys))
+            verdict = Verdict(rec.origin, rec.id, False, rec.status(), keys)
+            self._actions.append(verdict)
+            if rec.former:
+                self._tell_former(rec, verdict)
+
+    def _tell_former(self, rec: Record, verdict: Verdict) -> None:
+        """The same verdict to the origins `rec` answered before its current one
+        (`Record.former`): one of them may be where its publisher is."""
+        for origin in rec.former:
+            self._actions.append(Verdict(origin, verdict.msg_id, verdict.accepted,
+                                         verdict.status, verdict.keys))
 
     def _failure(self, rec: Record) -> Rejected:
         status = rec.status()

@@ -586,6 +586,12 @@ class FailoverMixin:
                         self._actions.append(self._stone_verdict(origin, msg_id, answered))
                     return [k for k in owed if k not in had]
                 return owed
+            # A destination's record another router resends: it may be a stale resend, sent
+            # before the publisher moved to the origin this record answers now (a retarget
+            # held up in the mesh), and nothing here tells which is newer. The origin it
+            # answered keeps getting its verdicts, or a publisher there waits for ever.
+            if rec.origin is not None and rec.origin != origin:
+                rec.former = (*(o for o in rec.former if o != origin), rec.origin)
             self._adopt(rec)
             if released is not None:
                 self._released[msg_id] = released  # (the resend may be stale: `_reclaim`)
