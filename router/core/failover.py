@@ -88,8 +88,9 @@ class FailoverMixin:
         self._stone_keys: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {}
         # Records a resend from another router took from a publisher still attached here
         # (`_release_from_publisher`), by delivery id: the publisher link and its tag. That
-        # resend may be stale (sent before the publisher moved here); see `_reclaim`.
-        self._released: dict[str, tuple[Publisher, bytes]] = {}
+        # resend may be stale (sent before the publisher moved here); see `_reclaim`. With
+        # them, the remote subscribers it was owed to then (their parts were dropped).
+        self._released: dict[str, tuple[Publisher, bytes, tuple[str, ...]]] = {}
         # Remote subscribers that left the router our records still owe them at, with no
         # news of where they went: (deadline, that router, wait) by key (see
         # `_remote_subscriber_removed`), and the deadlines as a heap.
@@ -458,10 +459,13 @@ class FailoverMixin:
         return False
 
     def _adopt_for_publisher(
-        self: Engine, rec: Record, pub: Publisher, tag: bytes, settled: bool
+        self: Engine, rec: Record, pub: Publisher, tag: bytes, settled: bool,
+        reclaimed: tuple[str, ...] | None = None,
     ) -> None:
         """`pub` (attached here) owns live record `rec` of its delivery `tag` from now on:
-        this router becomes its origin and answers the publisher for the whole mesh."""
+        this router becomes its origin and answers the publisher for the whole mesh.
+        `reclaimed`: it was that publisher's record here already (`_reclaim`), owed to these
+        remote subscribers when a stale resend took it; it is owed to nobody new."""
         # Its own origin record (the publisher's connection to us dropped): that knows
         # exactly who is owed. Not a destination's record, nor one handed over.
         published_here = bool(rec.pub_tag) and rec.origin is None
@@ -487,8 +491,8 @@ class FailoverMixin:
         if not published_here:
             # Remote parts first: a new local copy can be accepted as it is sent (a
             # pre-settled subscriber), and the record must not be decided without them.
-            self._owe_new_remotes(rec)
-            if self._owe_new_locals(rec):
+            self._owe_new_remotes(rec, reclaimed)
+            if reclaimed is None and self._owe_new_locals(rec):
                 decided = None
         if decided is not None and rec.outcome is not None:
             self._actions.append(Decide(pub.link, tag, decided))
@@ -552,14 +556,15 @@ class FailoverMixin:
                             if not a.timeout and k not in seen and matches(a.filter, address))
         return remote
 
-    def _owe_new_remotes(self: Engine, rec: Record) -> None:
+    def _owe_new_remotes(self: Engine, rec: Record, only: tuple[str, ...] | None = None) -> None:
         """Owe an adopted record to the remote subscribers that match it now and are not owed
-        it yet: their routers hold the old origin's record (they adopt it) or never had it."""
+        it yet: their routers hold the old origin's record (they adopt it) or never had it.
+        `only`: of those, just these keys."""
         if not len(self._remote) and not self._away:
             return
         local = {c.sub.key for c in rec.copies.values()}
         remote = tuple((r, k) for r, k in self._resend_matches(rec.address)
-                       if k not in rec.peers and k not in local)
+                       if k not in rec.peers and k not in local and (only is None or k in only))
         if remote:
             self._forward(rec, remote, self._ttl_left(rec), resend=True)
 
@@ -575,6 +580,7 @@ class FailoverMixin:
             released = None
             if rec is not None and rec.publisher is not None and not rec.pub_settled:
                 released = self._release_from_publisher(rec)
+                remotes = tuple(rec.peers)
             if rec is None or rec.publisher is not None or rec.pub_settled:
                 if rec is None and msg_id in self._tombstones:
                     # It answers only for the subscribers the forgotten record had: one that
@@ -594,7 +600,8 @@ class FailoverMixin:
                 rec.former = (*(o for o in rec.former if o != origin), rec.origin)
             self._adopt(rec)
             if released is not None:
-                self._released[msg_id] = released  # (the resend may be stale: `_reclaim`)
+                # (the resend may be stale: `_reclaim`)
+                self._released[msg_id] = (released[0], released[1], remotes)
             rec.pub_tag = b""  # a destination's record now, whoever published it here
             # If it was ours, the new origin owes those routers now (and it is no longer a
             # record of ours in _mesh_records, peers or not).
@@ -643,7 +650,9 @@ class FailoverMixin:
         pub.live -= 1
         return None
 
-    def _drop_released(self: Engine, msg_id: str) -> tuple[Publisher, bytes] | None:
+    def _drop_released(
+        self: Engine, msg_id: str
+    ) -> tuple[Publisher, bytes, tuple[str, ...]] | None:
         """Forget that `msg_id` was released from a publisher here (`_released`): it no longer
         counts in that link's window. Returns the publisher and tag, if it was."""
         entry = self._released.pop(msg_id, None)
@@ -661,20 +670,20 @@ class FailoverMixin:
         it adopted ours since), stopped tracking it without an outcome, or restarted. If that
         publisher is still attached here, the record is its again, as if it had just resent
         it here (the resend that took it was stale); returns whether it was."""
-        pub, tag = self._released.pop(rec.id)
+        pub, tag, remotes = self._released.pop(rec.id)
         pub.live -= 1  # (counted again below, or given back)
         if self.publishers.get(pub.link) is not pub or tag in pub.records or rec.pub_settled:
             if self.publishers.get(pub.link) is pub:
                 self._refill(pub)
             return False
-        self._adopt_for_publisher(rec, pub, tag, False)
+        self._adopt_for_publisher(rec, pub, tag, False, remotes)
         return True
 
     def _answer_released(self: Engine, rec: Record, outcome: Outcome) -> None:
         """The origin `rec` was released to forgot it with the mesh-wide `outcome`: the
         publisher still attached here that it was released from is told that outcome (it is
         still waiting if the resend that took the record was older than its move here)."""
-        pub, tag = self._released.pop(rec.id)
+        pub, tag, _ = self._released.pop(rec.id)
         pub.live -= 1  # (counted again below, or given back)
         if self.publishers.get(pub.link) is not pub or tag in pub.records:
             if self.publishers.get(pub.link) is pub:
