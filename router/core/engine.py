@@ -538,6 +538,13 @@ class Engine(FailoverMixin):
                     self._answer_released(rec, rec.final)
                 elif self._reclaim(rec):
                     return
+            if rec.outcome is None and rec.former:
+                # It stopped tracking it without an outcome, but an origin this record
+                # answered before may be where the publisher waits (`Record.former`): what is
+                # owed here goes on, and is answered to it, before the record is forgotten.
+                rec.pub_settled = True
+                self._maybe_forget(rec)
+                return
             self._publisher_done(rec)
 
     # ------------------------------------------------------------------ messages
