@@ -279,13 +279,15 @@ class FailoverMixin:
         # origin now; the orphan only waits (and stops at its deadline). What comes after
         # an orphan waits with it (`_held`), or the subscriber would get it first: it is
         # owed at `router` now, and sent once the orphan is resolved (`_release_held`).
-        # Only its own publisher's: order is per publisher.
+        # Only its own publisher's: order is per publisher. An orphan owed at `router`
+        # already still counts: what its publisher published after it waits behind it.
         held = self._held.pop(key, [])
         owed = sorted(dict.fromkeys(
             [rec for rec in held if rec.seq in self.records] + [
                 rec for rec in self.records.values()
                 if (p := rec.peers.get(key)) is not None
-                and p.state == PartState.PENDING and (force or p.router != router)]),
+                and p.state == PartState.PENDING
+                and (force or p.router != router or rec.orphan_until is not None)]),
             key=lambda r: r.seq)
         waiting: set[Any] = set()  # the publishers of the orphans met so far
         for rec in owed:
