@@ -362,3 +362,26 @@ def test_a_subscriber_that_left_its_router_for_somewhere_the_origin_never_hears_
     assert isinstance(outcome, Rejected)
     assert outcome.info["failed"] == ["billing/sub/billing@C"]
     assert "did not reattach within 3 s after leaving router C" in outcome.description
+
+
+def test_a_record_a_stale_resend_took_over_still_answers_the_origin_it_had() -> None:
+    """Failover seeds 12018241, 14001768: the publisher resumed at B, whose resend reached C
+    first; D's older retarget (sent while the publisher was still at D) came after it. C
+    cannot tell which is newer, so it answers both, and D forgetting the message without an
+    outcome (its orphan timed out) does not withdraw what B still waits for."""
+    w = Wire("B", "C", "D")
+    subscribe(w, "C", 1)
+    msg_id = tag_of(b"1").decode()
+    owed = [SUB.key]
+    w["C"].remote_message("B", msg_id, "orders/eu", b"body 1", owed=owed, mode="all",
+                           ttl_ms=None, resend=True, now=1.0)
+    w["C"].remote_message("D", msg_id, "orders/eu", b"body 1", owed=owed, mode="all",
+                           ttl_ms=None, resend=True, now=1.1)
+    (sent,) = [a for a in w["C"].take_actions() if isinstance(a, Send)]
+    w["C"].remote_forget("D", msg_id, None, now=1.2)  # D's orphan gave up, no outcome
+    assert w["C"].records, "still owed to the subscriber for B"
+    w["C"].copy_outcome(1, sent.tag, Disposition.ACCEPTED, settled=True, now=1.3)
+    verdicts = [a for a in w["C"].take_actions() if isinstance(a, Verdict)]
+    assert sorted(v.origin for v in verdicts) == ["B", "D"]
+    assert all(v.accepted and v.keys == owed for v in verdicts)
+    assert not w["C"].records, "forgotten once answered: its current origin already forgot it"

@@ -574,6 +574,13 @@ class Engine(FailoverMixin):
                     self._answer_released(rec, rec.final)
                 elif self._reclaim(rec):
                     return
+            if rec.outcome is None and rec.former:
+                # It stopped tracking it without an outcome, but an origin this record
+                # answered before may be where the publisher waits (`Record.former`): what is
+                # owed here goes on, and is answered to it, before the record is forgotten.
+                rec.pub_settled = True
+                self._maybe_forget(rec)
+                return
             self._publisher_done(rec)
 
     # ------------------------------------------------------------------ messages
@@ -898,7 +905,10 @@ class Engine(FailoverMixin):
             return
         rec.outcome = outcome
         if rec.origin is not None:
-            self._actions.append(self._verdict(rec, outcome))
+            verdict = self._verdict(rec, outcome)
+            self._actions.append(verdict)
+            if rec.former:
+                self._tell_former(rec, verdict)
             return
         if outcome is ACCEPTED:
             self.stats.accepted += 1
@@ -929,7 +939,17 @@ class Engine(FailoverMixin):
                 if c.state in (ACCEPTED_STATE, FAILED) and c.sub.key not in answered]
         if keys:
             answered.update(keys)
-            self._actions.append(Verdict(rec.origin, rec.id, False, rec.status(), keys))
+            verdict = Verdict(rec.origin, rec.id, False, rec.status(), keys)
+            self._actions.append(verdict)
+            if rec.former:
+                self._tell_former(rec, verdict)
+
+    def _tell_former(self, rec: Record, verdict: Verdict) -> None:
+        """The same verdict to the origins `rec` answered before its current one
+        (`Record.former`): one of them may be where its publisher is."""
+        for origin in rec.former:
+            self._actions.append(Verdict(origin, verdict.msg_id, verdict.accepted,
+                                         verdict.status, verdict.keys))
 
     def _failure(self, rec: Record) -> Rejected:
         status = rec.status()

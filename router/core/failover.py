@@ -88,8 +88,9 @@ class FailoverMixin:
         self._stone_keys: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {}
         # Records a resend from another router took from a publisher still attached here
         # (`_release_from_publisher`), by delivery id: the publisher link and its tag. That
-        # resend may be stale (sent before the publisher moved here); see `_reclaim`.
-        self._released: dict[str, tuple[Publisher, bytes]] = {}
+        # resend may be stale (sent before the publisher moved here); see `_reclaim`. With
+        # them, the remote subscribers it was owed to then (their parts were dropped).
+        self._released: dict[str, tuple[Publisher, bytes, tuple[str, ...]]] = {}
         # Remote subscribers that left the router our records still owe them at, with no
         # news of where they went: (deadline, that router, wait) by key (see
         # `_remote_subscriber_removed`), and the deadlines as a heap.
@@ -237,7 +238,7 @@ class FailoverMixin:
                     self._mesh_records[(self.config.router_id, rec.id)] = rec
                     self._held.setdefault(sub.key, []).append(rec)
                 else:  # owed there, sent if its publisher resumes here (_resend_parts)
-                    add_part(rec, sub.key, None, router)
+                    add_part(rec, sub.key, router)
                     self._mesh_records[(self.config.router_id, rec.id)] = rec
                     waiting.add(rec.pub_ident)
             self._decide(rec)
@@ -278,13 +279,15 @@ class FailoverMixin:
         # origin now; the orphan only waits (and stops at its deadline). What comes after
         # an orphan waits with it (`_held`), or the subscriber would get it first: it is
         # owed at `router` now, and sent once the orphan is resolved (`_release_held`).
-        # Only its own publisher's: order is per publisher.
+        # Only its own publisher's: order is per publisher. An orphan owed at `router`
+        # already still counts: what its publisher published after it waits behind it.
         held = self._held.pop(key, [])
         owed = sorted(dict.fromkeys(
             [rec for rec in held if rec.seq in self.records] + [
                 rec for rec in self.records.values()
                 if (p := rec.peers.get(key)) is not None
-                and p.state == PartState.PENDING and (force or p.router != router)]),
+                and p.state == PartState.PENDING
+                and (force or p.router != router or rec.orphan_until is not None)]),
             key=lambda r: r.seq)
         waiting: set[Any] = set()  # the publishers of the orphans met so far
         for rec in owed:
@@ -292,7 +295,10 @@ class FailoverMixin:
             if part is None or part.state != PartState.PENDING:
                 continue
             if rec.orphan_until is not None:
-                waiting.add(rec.pub_ident)  # (not held itself: `_resend_parts` sends it)
+                # Not held itself: `_resend_parts` sends it. But it is owed there now, so that
+                # if it leaves there too, its part waits for it as the others do (`_left`).
+                part.router = part.last = router
+                waiting.add(rec.pub_ident)
                 continue
             part.router = part.last = router
             if rec.pub_ident is not None and rec.pub_ident in waiting:
@@ -481,10 +487,13 @@ class FailoverMixin:
         return False
 
     def _adopt_for_publisher(
-        self: Engine, rec: Record, pub: Publisher, tag: bytes, settled: bool
+        self: Engine, rec: Record, pub: Publisher, tag: bytes, settled: bool,
+        reclaimed: tuple[str, ...] | None = None,
     ) -> None:
         """`pub` (attached here) owns live record `rec` of its delivery `tag` from now on:
-        this router becomes its origin and answers the publisher for the whole mesh."""
+        this router becomes its origin and answers the publisher for the whole mesh.
+        `reclaimed`: it was that publisher's record here already (`_reclaim`), owed to these
+        remote subscribers when a stale resend took it; it is owed to nobody new."""
         # Its own origin record (the publisher's connection to us dropped): that knows
         # exactly who is owed. Not a destination's record, nor one handed over.
         published_here = bool(rec.pub_tag) and rec.origin is None
@@ -497,7 +506,10 @@ class FailoverMixin:
             self._release_held()
             return
         pub.records[tag] = rec
-        if published_here:
+        if published_here or rec.peers:
+            # Another origin's record has parts only for subscribers that moved away from
+            # here while it was an orphan (`_moved_away`): they were left to be sent once its
+            # publisher resumed here, which is now.
             self._resend_parts(rec)
             self._release_held()
         decided = rec.outcome
@@ -507,8 +519,8 @@ class FailoverMixin:
         if not published_here:
             # Remote parts first: a new local copy can be accepted as it is sent (a
             # pre-settled subscriber), and the record must not be decided without them.
-            self._owe_new_remotes(rec)
-            if self._owe_new_locals(rec):
+            self._owe_new_remotes(rec, reclaimed)
+            if reclaimed is None and self._owe_new_locals(rec):
                 decided = None
         if decided is not None and rec.outcome is not None:
             self._actions.append(Decide(pub.link, tag, decided))
@@ -572,14 +584,15 @@ class FailoverMixin:
                             if not a.timeout and k not in seen and matches(a.filter, address))
         return remote
 
-    def _owe_new_remotes(self: Engine, rec: Record) -> None:
+    def _owe_new_remotes(self: Engine, rec: Record, only: tuple[str, ...] | None = None) -> None:
         """Owe an adopted record to the remote subscribers that match it now and are not owed
-        it yet: their routers hold the old origin's record (they adopt it) or never had it."""
+        it yet: their routers hold the old origin's record (they adopt it) or never had it.
+        `only`: of those, just these keys."""
         if not len(self._remote) and not self._away:
             return
         local = {c.sub.key for c in rec.copies.values()}
         remote = tuple((r, k) for r, k in self._resend_matches(rec.address)
-                       if k not in rec.peers and k not in local)
+                       if k not in rec.peers and k not in local and (only is None or k in only))
         if remote:
             self._forward(rec, remote, self._ttl_left(rec), resend=True)
 
@@ -595,6 +608,7 @@ class FailoverMixin:
             released = None
             if rec is not None and rec.publisher is not None and not rec.pub_settled:
                 released = self._release_from_publisher(rec)
+                remotes = tuple(rec.peers)
             if rec is None or rec.publisher is not None or rec.pub_settled:
                 if rec is None and msg_id in self._tombstones:
                     # It answers only for the subscribers the forgotten record had: one that
@@ -606,9 +620,16 @@ class FailoverMixin:
                         self._actions.append(self._stone_verdict(origin, msg_id, answered))
                     return [k for k in owed if k not in had]
                 return owed
+            # A destination's record another router resends: it may be a stale resend, sent
+            # before the publisher moved to the origin this record answers now (a retarget
+            # held up in the mesh), and nothing here tells which is newer. The origin it
+            # answered keeps getting its verdicts, or a publisher there waits for ever.
+            if rec.origin is not None and rec.origin != origin:
+                rec.former = (*(o for o in rec.former if o != origin), rec.origin)
             self._adopt(rec)
             if released is not None:
-                self._released[msg_id] = released  # (the resend may be stale: `_reclaim`)
+                # (the resend may be stale: `_reclaim`)
+                self._released[msg_id] = (released[0], released[1], remotes)
             rec.pub_tag = b""  # a destination's record now, whoever published it here
             # If it was ours, the new origin owes those routers now (and it is no longer a
             # record of ours in _mesh_records, peers or not).
@@ -670,7 +691,9 @@ class FailoverMixin:
         pub.live -= 1
         return None
 
-    def _drop_released(self: Engine, msg_id: str) -> tuple[Publisher, bytes] | None:
+    def _drop_released(
+        self: Engine, msg_id: str
+    ) -> tuple[Publisher, bytes, tuple[str, ...]] | None:
         """Forget that `msg_id` was released from a publisher here (`_released`): it no longer
         counts in that link's window. Returns the publisher and tag, if it was."""
         entry = self._released.pop(msg_id, None)
@@ -688,20 +711,20 @@ class FailoverMixin:
         it adopted ours since), stopped tracking it without an outcome, or restarted. If that
         publisher is still attached here, the record is its again, as if it had just resent
         it here (the resend that took it was stale); returns whether it was."""
-        pub, tag = self._released.pop(rec.id)
+        pub, tag, remotes = self._released.pop(rec.id)
         pub.live -= 1  # (counted again below, or given back)
         if self.publishers.get(pub.link) is not pub or tag in pub.records or rec.pub_settled:
             if self.publishers.get(pub.link) is pub:
                 self._refill(pub)
             return False
-        self._adopt_for_publisher(rec, pub, tag, False)
+        self._adopt_for_publisher(rec, pub, tag, False, remotes)
         return True
 
     def _answer_released(self: Engine, rec: Record, outcome: Outcome) -> None:
         """The origin `rec` was released to forgot it with the mesh-wide `outcome`: the
         publisher still attached here that it was released from is told that outcome (it is
         still waiting if the resend that took the record was older than its move here)."""
-        pub, tag = self._released.pop(rec.id)
+        pub, tag, _ = self._released.pop(rec.id)
         pub.live -= 1  # (counted again below, or given back)
         if self.publishers.get(pub.link) is not pub or tag in pub.records:
             if self.publishers.get(pub.link) is pub:

@@ -188,6 +188,7 @@ class Record:
         "expires",
         "failed",
         "final",
+        "former",
         "id",
         "mode",
         "origin",
@@ -249,6 +250,9 @@ class Record:
         self.final: Outcome | None = None
         # At a destination, the subscribers its verdicts to the origin answered for so far.
         self.answered: set[str] | None = None
+        # At a destination, the origins it answered before a resend from another router took
+        # it over: they get its verdicts too, since that resend may have been the older one.
+        self.former: tuple[str, ...] = ()
         self.pending = 0  # copies and peer parts not yet decided
         self.accepted = 0  # copies and peer parts accepted
         self.failed = 0  # copies and peer parts failed
