@@ -606,6 +606,7 @@ class FailoverMixin:
         if rec is None:
             rec = self._by_id.get(msg_id)
             released = None
+            remotes: tuple[str, ...] = ()
             if rec is not None and rec.publisher is not None and not rec.pub_settled:
                 released = self._release_from_publisher(rec)
                 remotes = tuple(rec.peers)
@@ -625,7 +626,9 @@ class FailoverMixin:
             # held up in the mesh), and nothing here tells which is newer. The origin it
             # answered keeps getting its verdicts, or a publisher there waits for ever.
             if rec.origin is not None and rec.origin != origin:
-                rec.former = (*(o for o in rec.former if o != origin), rec.origin)
+                former = [o for o in rec.former if o != origin]
+                former.append(rec.origin)
+                rec.former = tuple(former)
             self._adopt(rec)
             if released is not None:
                 # (the resend may be stale: `_reclaim`)
@@ -695,7 +698,7 @@ class FailoverMixin:
         self: Engine, msg_id: str
     ) -> tuple[Publisher, bytes, tuple[str, ...]] | None:
         """Forget that `msg_id` was released from a publisher here (`_released`): it no longer
-        counts in that link's window. Returns the publisher and tag, if it was."""
+        counts in that link's window. Returns the publisher, tag and remote keys, if it was."""
         entry = self._released.pop(msg_id, None)
         if entry is not None:
             pub = entry[0]
