@@ -620,6 +620,8 @@ class FailoverMixin:
                     if answered:
                         self._actions.append(self._stone_verdict(origin, msg_id, answered))
                     return [k for k in owed if k not in had]
+                if rec is not None:
+                    return self._owed_beside(rec, origin, owed)
                 return owed
             # A destination's record another router resends: it may be a stale resend, sent
             # before the publisher moved to the origin this record answers now (a retarget
@@ -653,6 +655,22 @@ class FailoverMixin:
             self._decide(rec)
         self._maybe_forget(rec)
         return []
+
+    def _owed_beside(self: Engine, rec: Record, origin: str, owed: list[str]) -> list[str]:
+        """A resend from `origin` while `rec`, a live record of the same message that it
+        does not adopt, is still here: one message has one record per router, or a
+        subscriber would get two copies of it under one tag. The keys `rec` has copies for
+        are answered by `rec` (now for the ones done, with its later verdicts for the
+        others); the rest are returned, to be owed as a new message."""
+        have = {c.sub.key: c for c in rec.copies.values()}
+        mine = [k for k in owed if k in have]
+        if mine:
+            done = [k for k in mine if have[k].state in (ACCEPTED_STATE, CopyState.FAILED)]
+            if done:
+                self._actions.append(Verdict(origin, rec.id, False, rec.status(), done))
+            if origin != rec.origin and origin not in rec.former:
+                rec.former = (*rec.former, origin)
+        return [k for k in owed if k not in have]
 
     def _answer_done(self: Engine, rec: Record, owed: list[str]) -> None:
         """The origin resends `rec` for `owed` keys (it has not heard of them) while the
