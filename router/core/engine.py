@@ -438,7 +438,7 @@ class Engine(FailoverMixin):
             owed = self._remote_resend(origin, msg_id, owed)
             if not owed:
                 return
-        elif (live := self._by_id.get(msg_id)) is not None and live.origin != origin:
+        elif (live := self._carrier(msg_id)) is not None and live.origin != origin:
             # A late copy from its previous origin: the router its publisher resumed at owns
             # the record now (ids are unique per publisher, tag and, for a reused tag, salt).
             # Subscribers here it was owed to and the record lacks get their copy now, in the

@@ -604,7 +604,7 @@ class FailoverMixin:
         to handle as a new message (all of them if nothing here knew it)."""
         rec = self._mesh_records.get((origin, msg_id))
         if rec is None:
-            rec = self._by_id.get(msg_id)
+            rec = self._carrier(msg_id)
             released = None
             remotes: tuple[str, ...] = ()
             if rec is not None and rec.publisher is not None and not rec.pub_settled:
@@ -655,6 +655,15 @@ class FailoverMixin:
             self._decide(rec)
         self._maybe_forget(rec)
         return []
+
+    def _carrier(self: Engine, msg_id: str) -> Record | None:
+        """The live record of `msg_id` that carries the message, if any: not a stand-in made
+        only to hold an outcome for its publisher to settle (answered from a tombstone, or
+        refused), which has no body to deliver and no one to owe it to."""
+        rec = self._by_id.get(msg_id)
+        if rec is not None and not rec.payload and not rec.copies and not rec.peers:
+            return None
+        return rec
 
     def _owed_beside(self: Engine, rec: Record, origin: str, owed: list[str]) -> list[str]:
         """A resend from `origin` while `rec`, a live record of the same message that it
