@@ -476,6 +476,12 @@ class FailoverMixin:
         out_tag = self._tag_for(pub, tag)
         msg_id = out_tag.decode()
         rec = self._by_id.get(msg_id)
+        if rec is not None and rec.publisher is None and rec.pending and rec.pub_settled:
+            # A destination's record whose origin let it go without an outcome while copies
+            # were still owed here: the publisher resending it here wants that outcome, and a
+            # second record would send those subscribers a second copy. It takes this one.
+            rec.pub_settled = False
+            rec.final = None
         if rec is not None and rec.publisher is None and not rec.pub_settled:
             self._adopt_for_publisher(rec, pub, tag, settled)
             return True
