@@ -51,6 +51,12 @@ class MeshPort(Protocol):
     def apply(self, action: Any, now: float) -> None:
         """An engine action for the mesh (`router.core.actions.MESH_ACTIONS`)."""
 
+    def tick(self, now: float) -> None:
+        """Whatever is due by `now`: gossip, retransmissions, giving up on a router."""
+
+    def next_deadline(self) -> float | None:
+        """When `tick` is due next."""
+
     def share_retained(self, item: RetainedItem, now: float) -> None:
         """Send an MQTT retained message (or its clearing) to every reachable router."""
 

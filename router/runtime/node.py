@@ -1,10 +1,10 @@
 """The router node: one delivery engine, the edges that feed it, and one trio task tree.
 
-The node owns the mapping from the engine's link numbers to the connection that carries each
-link, applies the engine's actions there, and wakes those connections' writers. It also runs
-the engine's timer, which sleeps until the engine's next deadline (a ttl, a warm subscriber's
-or a lost publisher's time to come back) and is woken earlier when an event sets an earlier
-one, and the orderly shutdown on SIGTERM.
+What the node does after every event (apply the engine's actions on the links and the mesh
+that registered for them) is `router.nodeloop.NodeLoop`, sans-IO, which the simulator runs
+too. The node adds the trio parts: the listeners; the engine's timer, which sleeps until the
+engine's next deadline (a ttl, a warm subscriber's or a lost publisher's time to come back)
+and is woken earlier when an event sets an earlier one; and the orderly shutdown on SIGTERM.
 """
 
 from __future__ import annotations
@@ -19,14 +19,12 @@ import trio
 
 from router import accel
 from router.config import ListenError, RouterConfig
-from router.core.actions import MESH_ACTIONS
 from router.core.engine import Engine, EngineConfig
 from router.core.events import TimePassed
+from router.nodeloop import NodeLoop
 from router.ports import EdgeConnection, MeshPort
 
 log = logging.getLogger("exactmesh.router")
-
-MESH_TYPES = frozenset(MESH_ACTIONS)
 
 
 class Node:
@@ -44,25 +42,25 @@ class Node:
                 resume_timeout=config.resume_timeout,
             )
         )
+        self.loop = NodeLoop(self.engine)  # links, the mesh, and applying actions there
         self.connections: set[EdgeConnection] = set()
-        self._links: dict[int, tuple[EdgeConnection, Any]] = {}
-        self._next_link = 0
         self.stopping = False
-        self.mesh: MeshPort | None = None  # the MeshNode when this router has peers
-        self._mesh_send: Callable[[], None] | None = None
         self._timer_scope: trio.CancelScope | None = None  # the timer's sleep, while it sleeps
 
     # ---------------------------------------------------------------- ports (router/ports.py)
 
+    @property
+    def mesh(self) -> MeshPort | None:
+        """The MeshNode, when this router has peers."""
+        return self.loop.mesh
+
     def attach_mesh(self, mesh: MeshPort, send: Callable[[], None]) -> None:
         """The mesh runtime registers the mesh node and its frame sender."""
-        self.mesh = mesh
-        self._mesh_send = send
+        self.loop.attach_mesh(mesh, send)
 
     def mesh_output(self) -> None:
         """Send the frames the mesh layer produced. Without peers there are none."""
-        if self._mesh_send is not None:
-            self._mesh_send()
+        self.loop.mesh_output()
 
     def call_later(self, delay: float, fn: Callable[[], None]) -> trio.CancelScope:
         """Run `fn` after `delay` seconds (a trio system task); returns its CancelScope."""
@@ -79,40 +77,23 @@ class Node:
         trio.lowlevel.spawn_system_task(later)
         return scope
 
-    # ---------------------------------------------------------------- links
-
     def new_link_id(self) -> int:
-        self._next_link += 1
-        return self._next_link
+        return self.loop.new_link_id()
 
     def register_link(self, link_id: int, conn: EdgeConnection, link_state: Any) -> None:
-        self._links[link_id] = (conn, link_state)
+        self.loop.register_link(link_id, conn, link_state)
 
     def forget_link(self, link_id: int) -> None:
-        self._links.pop(link_id, None)
+        self.loop.forget_link(link_id)
 
     @staticmethod
     def now() -> float:
         return trio.current_time()
 
     def flush(self) -> None:
-        """Apply the engine's actions, in order, on the links they name. Applying one can
-        produce more (closing a link detaches it), so keep going until there are none."""
-        links = self._links
-        mesh_types = MESH_TYPES
-        while actions := self.engine.take_actions():
-            for action in actions:
-                if type(action) in mesh_types:
-                    if self.mesh is not None:
-                        self.mesh.apply(action, self.now())
-                    continue
-                entry = links.get(action.link)
-                if entry is not None:  # else the link went away meanwhile: nothing to do
-                    entry[0].apply(entry[1], action)
-            if self.mesh is not None:
-                self.mesh_output()
-        # An event may have set a deadline without any action (a warm subscriber went away).
-        deadline = self.engine.take_new_deadline()
+        """Apply the engine's actions where they belong (`NodeLoop.flush`), and wake the
+        timer earlier if an event set an earlier deadline."""
+        deadline = self.loop.flush(trio.current_time())
         scope = self._timer_scope
         if deadline is not None and scope is not None and deadline < scope.deadline:
             scope.deadline = deadline  # wake the timer earlier

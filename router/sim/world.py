@@ -1,11 +1,12 @@
 """A whole exactmesh cluster in one process, on a simulated clock, reproducible from one seed.
 
-Each router is the real sans-IO pair, `Engine` + `MeshNode`, driven the way the runtime drives
-it (`router/runtime/node.py` `Node.flush`, `mesh/runtime.py`): engine actions in order, mesh
-actions to
-`MeshNode.apply`, the others to the simulated client that owns the link; then the frames the
-mesh node produced go to the network. Each router's timer fires at the earlier of
-`engine.next_deadline()` and `meshnode.next_deadline()` and calls both `tick`s.
+Each router is the real sans-IO trio, `Engine` + `NodeLoop` + `MeshNode`, driven the way the
+runtime drives it: after every event the node loop (`router/nodeloop.py`, the code
+`Node.flush` runs) applies the engine's actions in order, mesh actions to `MeshNode.apply`,
+the others to the connection that registered the link (here the simulated client's side,
+registered on attach and forgotten when the router learns the link is gone, as the edges
+do); then the frames the mesh node produced go to the network. Each router's timer fires at
+`NodeLoop.next_deadline()` and runs `NodeLoop.tick`.
 
 The network carries frames between linked routers as bytes (`mesh.frames.encode`, and one
 `FrameDecoder` per direction and connection), after a random delay; with faults on it drops,
@@ -62,7 +63,6 @@ from mesh.frames import FrameDecoder, FrameError, encode
 from mesh.meshnode import MeshNode
 from router.core import events as ev
 from router.core.actions import (
-    MESH_ACTIONS,
     CloseLink,
     Credit,
     Decide,
@@ -73,10 +73,10 @@ from router.core.actions import (
 )
 from router.core.engine import Disposition, Engine, EngineConfig
 from router.core.records import ALL, SOME, LinkIdentity, outgoing_tag
+from router.nodeloop import NodeLoop
 
 from .checker import Checker, Msg, Violation
 
-MESH_TYPES = frozenset(MESH_ACTIONS)
 TOPOLOGIES = ("line", "ring", "star", "random", "full")
 TOPICS = ("a", "a/b", "b", "a/c")
 FILTERS = ("a", "a/#", "+", "#", "a/+", "b", "+/c", "a/b")
@@ -224,7 +224,7 @@ class Params:
 
 
 # The code a run depends on: the sans-IO core, the mesh, and the simulator itself.
-CODE_GLOBS = ("router/core/*.py", "router/sim/*.py", "mesh/*.py")
+CODE_GLOBS = ("router/core/*.py", "router/sim/*.py", "router/nodeloop.py", "mesh/*.py")
 
 
 def replay_command(params: Params) -> str:
@@ -282,10 +282,57 @@ class SimRouter:
                              unreachable_timeout=p.unreachable_timeout,
                              gossip_interval=p.gossip_interval,
                              transfer_window=p.transfer_window)
+        self.loop = NodeLoop(self.engine)  # type: ignore[arg-type]  # World._wire sets it up
+        self.clients: ClientSide | None = None
         self.tick_at: float | None = None
         self.tick_token = 0
         self.last_tick = -1.0
         self.dead = False  # crashed: this instance never runs again
+
+
+class ClientSide:
+    """The simulated clients' connections to one router, as its node loop sees them
+    (`router.ports.EdgeConnection`): each client registers its link, with itself as the
+    link's state, when it attaches."""
+
+    def __init__(self, world: World, router: SimRouter) -> None:
+        self.world = world
+        self.router = router
+
+    def apply(self, client: Any, action: Any) -> None:
+        self.world._on_link_action(self.router, client, action)
+
+    def shutdown(self, description: str) -> None:
+        """Never called: the simulator stops routers by crashing them."""
+
+
+class CheckedMesh:
+    """A router's mesh node as its node loop sees it (`router.ports.MeshPort`), with the
+    checker looking at what the engine hands it: forwards and verdicts."""
+
+    def __init__(self, mesh: MeshNode, checker: Checker, router: SimRouter) -> None:
+        self.mesh = mesh
+        self.checker = checker
+        self.router = router
+
+    def apply(self, action: Any, now: float) -> None:
+        if isinstance(action, Forward):
+            self.checker.on_forward(self.router, action)
+        elif isinstance(action, Verdict):
+            self.checker.on_verdict(self.router, action)
+        self.mesh.apply(action, now)
+
+    def tick(self, now: float) -> None:
+        self.mesh.tick(now)
+
+    def next_deadline(self) -> float | None:
+        return self.mesh.next_deadline()
+
+    def share_retained(self, item: Any, now: float) -> None:
+        self.mesh.share_retained(item, now)
+
+    def attach_retained(self, on_item: Any, source: Any) -> None:
+        self.mesh.attach_retained(on_item, source)
 
 
 class NotingEngine:
@@ -496,7 +543,7 @@ class World:
             raise ValueError(f"routers must be 2..{len(NAMES)}")
         ids = list(NAMES[: p.routers])
         for rid in ids:
-            self.routers[rid] = SimRouter(rid, rng.randrange(1, 2**62), p)
+            self.routers[rid] = self._wire(SimRouter(rid, rng.randrange(1, 2**62), p))
         for a, b in self._edges(ids):
             cost = 1 if rng.random() < 0.7 else rng.randint(2, 3)
             self.links[(a, b)] = SimLink(a, b, cost)
@@ -601,44 +648,45 @@ class World:
     # ------------------------------------------------------------------ routers
 
     def settle(self, r: SimRouter) -> None:
-        """What `Node.flush` and `MeshRuntime._settle` do after every event at a router."""
-        engine, mesh, now = r.engine, r.mesh, self.now
-        while True:
-            actions = engine.take_actions()
-            if not actions:
-                break
-            for action in actions:
-                if type(action) in MESH_TYPES:
-                    if isinstance(action, Forward):
-                        self.checker.on_forward(r, action)
-                    elif isinstance(action, Verdict):
-                        self.checker.on_verdict(r, action)
-                    mesh.apply(action, now)
-                    continue
-                client = self.clients.get(action.link)
-                if (client is not None and client.link == action.link and not client.detached
-                        and client.router is r):
-                    self._to_client(client, action)
-                elif client is not None and action.link in client.lost_links:
-                    self._lost_action(client, action)
-                else:
-                    self.checker.stray(r, action)
-            self._output(r)
+        """What the runtime does after every event at a router: the node's loop applies the
+        engine's actions (`NodeLoop.flush`, the runtime's own code), and the frames the mesh
+        node produced go out (`MeshRuntime._settle`)."""
+        r.loop.flush(self.now)
+        self._after_flush(r)
+
+    def _after_flush(self, r: SimRouter) -> None:
         r.sent_from.clear()
         self._output(r)
         self.checker.check_router(r)
         self._schedule_tick(r)
+
+    def _on_link_action(self, r: SimRouter, client: PubClient | SubClient,
+                        action: Any) -> None:
+        """An engine action on a link a client registered with `r`'s node loop (it stays
+        registered until the router notices the link is gone, as an edge's does)."""
+        if client.link == action.link and not client.detached and client.router is r:
+            self._to_client(client, action)
+        elif action.link in client.lost_links:
+            self._lost_action(client, action)
+        else:
+            self.checker.stray(r, action)
+
+    def _wire(self, r: SimRouter) -> SimRouter:
+        """Set up `r`'s node loop as the runtime does: its mesh node and frame sender (what
+        `MeshRuntime` registers), and the clients' side, which registers links."""
+        r.loop = NodeLoop(r.engine, unrouted=lambda action: self.checker.stray(r, action))  # type: ignore[arg-type]
+        r.loop.attach_mesh(CheckedMesh(r.mesh, self.checker, r), lambda: self._output(r))
+        r.clients = ClientSide(self, r)
+        return r
 
     def _output(self, r: SimRouter) -> None:
         for peer, frame in r.mesh.take_frames():
             self._net_send(r.id, peer, frame)
 
     def _schedule_tick(self, r: SimRouter) -> None:
-        deadlines = [d for d in (r.engine.next_deadline(), r.mesh.next_deadline())
-                     if d is not None]
-        if not deadlines:
+        t = r.loop.next_deadline()
+        if t is None:
             return
-        t = min(deadlines)
         if t <= self.now and r.last_tick == self.now:
             # Due again at the very instant it ran: a real clock would have moved on a little
             # by the next wake-up; so does ours (counted: it is a wasted wake-up).
@@ -656,9 +704,8 @@ class World:
             return
         r.tick_at = None
         r.last_tick = self.now
-        r.engine.handle(ev.TimePassed(self.now))
-        r.mesh.tick(self.now)
-        self.settle(r)
+        r.loop.tick(self.now)  # the engine's deadlines, the mesh node's, then a flush
+        self._after_flush(r)
 
     # ------------------------------------------------------------------ network
 
@@ -796,7 +843,7 @@ class World:
             inc = old.inc + 1 + self.rng.randrange(1000)
         else:
             inc = self.rng.randrange(1, 2**62)  # what mesh/runtime.py does
-        r = self.routers[victim] = SimRouter(victim, inc, self.p)
+        r = self.routers[victim] = self._wire(SimRouter(victim, inc, self.p))
         self.log(f"router {victim} restarts, incarnation {old.inc} -> {inc}")
         self.restarted.setdefault(victim, []).append(self.now)
         self._schedule_tick(r)
@@ -890,6 +937,7 @@ class World:
         self.all_clients.append(pub)
         self.log(f"attach publisher {pub.label} topic {topic} mode {mode}"
                  f"{' survivor' if survivor else ''}")
+        r.loop.register_link(link, r.clients, pub)
         r.engine.handle(ev.PublisherAttached(self.now, link, pub.ident, topic, mode))
         self.settle(r)
         self.after(rng.expovariate(1 / pub.rate), self._publish_loop, pub, pub.epoch)
@@ -923,6 +971,7 @@ class World:
                  f"{' presettled' if sub.presettled else ''}{' flaky' if sub.flaky else ''}"
                  f"{' slow' if sub.slow else ''}{' stalled' if sub.stalled else ''}"
                  f"{' survivor' if survivor else ''}{f' warm {warm:g} s' if warm else ''}")
+        r.loop.register_link(link, r.clients, sub)
         r.engine.handle(ev.SubscriberAttached(self.now, link, sub.ident, topic_filter,
                                               sub.presettled, warm, gen=sub.gen))
         self.settle(r)
@@ -940,6 +989,7 @@ class World:
         pub.undecided.clear()
         pub.decided.clear()
         pub.resend_queue.clear()
+        pub.router.loop.forget_link(pub.link)  # as an edge does, before it tells the engine
         pub.router.engine.handle(ev.PublisherDetached(self.now, pub.link, True))
         self.settle(pub.router)
 
@@ -950,6 +1000,7 @@ class World:
         self.log(f"detach subscriber {sub.label}")
         sub.detached = sub.gone = True
         self.checker.on_gone(sub)
+        sub.router.loop.forget_link(sub.link)
         sub.router.engine.handle(ev.SubscriberDetached(self.now, sub.link, True))
         self.settle(sub.router)
 
@@ -1018,8 +1069,10 @@ class World:
             return
         self.log(f"{r.id} notices the connection of {c.key} (link {link}) is gone")
         if c.kind == "sub":
+            r.loop.forget_link(link)
             r.engine.handle(ev.SubscriberDetached(self.now, link, False))
         else:
+            r.loop.forget_link(link)
             r.engine.handle(ev.PublisherDetached(self.now, link, False))
         self.settle(r)
 
@@ -1054,6 +1107,7 @@ class World:
             self.log(f"{sub.key} attaches again at {r.id} (gen {sub.gen}, declares "
                      f"{len(declared)}: {sum(v == 'received' for v in declared.values())} "
                      "received)")
+            r.loop.register_link(link, r.clients, sub)
             r.engine.handle(ev.SubscriberAttached(self.now, link, sub.ident, sub.filter,
                                                   sub.presettled, sub.warm, gen=sub.gen,
                                                   declared=declared))
@@ -1064,6 +1118,7 @@ class World:
         resends = [tag for tag, msg in pub.undecided.items() if msg.tracked]
         self.log(f"{pub.key} attaches again at {r.id}, resending {len(resends)}")
         pub.resend_queue = deque(resends)
+        r.loop.register_link(link, r.clients, pub)
         r.engine.handle(ev.PublisherAttached(self.now, link, pub.ident, pub.topic, pub.mode,
                                              resends))
         self.settle(r)
