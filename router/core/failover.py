@@ -89,8 +89,10 @@ class FailoverMixin:
         # Records a resend from another router took from a publisher still attached here
         # (`_release_from_publisher`), by delivery id: the publisher link and its tag. That
         # resend may be stale (sent before the publisher moved here); see `_reclaim`. With
-        # them, the remote subscribers it was owed to then (their parts were dropped).
-        self._released: dict[str, tuple[Publisher, bytes, tuple[str, ...]]] = {}
+        # them, the remote subscribers it was owed to then (their parts were dropped), and
+        # the outcome that publisher was told already, if any (it is not told twice).
+        self._released: dict[
+            str, tuple[Publisher, bytes, tuple[str, ...], Outcome | None]] = {}
         # Remote subscribers that left the router our records still owe them at, with no
         # news of where they went: (deadline, that router, wait) by key (see
         # `_remote_subscriber_removed`), and the deadlines as a heap.
@@ -494,12 +496,13 @@ class FailoverMixin:
 
     def _adopt_for_publisher(
         self: Engine, rec: Record, pub: Publisher, tag: bytes, settled: bool,
-        reclaimed: tuple[str, ...] | None = None,
+        reclaimed: tuple[str, ...] | None = None, told: Outcome | None = None,
     ) -> None:
         """`pub` (attached here) owns live record `rec` of its delivery `tag` from now on:
         this router becomes its origin and answers the publisher for the whole mesh.
         `reclaimed`: it was that publisher's record here already (`_reclaim`), owed to these
-        remote subscribers when a stale resend took it; it is owed to nobody new."""
+        remote subscribers when a stale resend took it; it is owed to nobody new. `told`:
+        the outcome the publisher had been told before then; it is not told again."""
         # Its own origin record (the publisher's connection to us dropped): that knows
         # exactly who is owed. Not a destination's record, nor one handed over.
         published_here = bool(rec.pub_tag) and rec.origin is None
@@ -528,7 +531,11 @@ class FailoverMixin:
             self._owe_new_remotes(rec, reclaimed)
             if reclaimed is None and self._owe_new_locals(rec):
                 decided = None
-        if decided is not None and rec.outcome is not None:
+        if told is not None:
+            # It waits for the publisher's settlement and its parts' answers; a second
+            # outcome for one delivery tag would be a protocol error on the publisher's link.
+            rec.outcome = told
+        elif decided is not None and rec.outcome is not None:
             self._actions.append(Decide(pub.link, tag, decided))
         elif rec.outcome is None:  # (else a new copy, accepted as sent, decided it)
             self._decide(rec)
@@ -613,9 +620,11 @@ class FailoverMixin:
             rec = self._carrier(msg_id)
             released = None
             remotes: tuple[str, ...] = ()
+            told = None
             if rec is not None and rec.publisher is not None and not rec.pub_settled:
                 released = self._release_from_publisher(rec)
                 remotes = tuple(rec.peers)
+                told = rec.outcome  # its publisher's record: decided means told
             if rec is None or rec.publisher is not None or rec.pub_settled:
                 if rec is None and msg_id in self._tombstones:
                     # It answers only for the subscribers the forgotten record had: one that
@@ -640,7 +649,7 @@ class FailoverMixin:
             self._adopt(rec)
             if released is not None:
                 # (the resend may be stale: `_reclaim`)
-                self._released[msg_id] = (released[0], released[1], remotes)
+                self._released[msg_id] = (released[0], released[1], remotes, told)
             rec.pub_tag = b""  # a destination's record now, whoever published it here
             # If it was ours, the new origin owes those routers now (and it is no longer a
             # record of ours in _mesh_records, peers or not).
@@ -729,9 +738,9 @@ class FailoverMixin:
 
     def _drop_released(
         self: Engine, msg_id: str
-    ) -> tuple[Publisher, bytes, tuple[str, ...]] | None:
+    ) -> tuple[Publisher, bytes, tuple[str, ...], Outcome | None] | None:
         """Forget that `msg_id` was released from a publisher here (`_released`): it no longer
-        counts in that link's window. Returns the publisher, tag and remote keys, if it was."""
+        counts in that link's window. Returns its entry there, if it was."""
         entry = self._released.pop(msg_id, None)
         if entry is not None:
             pub = entry[0]
@@ -747,22 +756,24 @@ class FailoverMixin:
         it adopted ours since), stopped tracking it without an outcome, or restarted. If that
         publisher is still attached here, the record is its again, as if it had just resent
         it here (the resend that took it was stale); returns whether it was."""
-        pub, tag, remotes = self._released.pop(rec.id)
+        pub, tag, remotes, told = self._released.pop(rec.id)
         pub.live -= 1  # (counted again below, or given back)
         if self.publishers.get(pub.link) is not pub or tag in pub.records or rec.pub_settled:
             if self.publishers.get(pub.link) is pub:
                 self._refill(pub)
             return False
-        self._adopt_for_publisher(rec, pub, tag, False, remotes)
+        self._adopt_for_publisher(rec, pub, tag, False, remotes, told)
         return True
 
     def _answer_released(self: Engine, rec: Record, outcome: Outcome) -> None:
         """The origin `rec` was released to forgot it with the mesh-wide `outcome`: the
         publisher still attached here that it was released from is told that outcome (it is
         still waiting if the resend that took the record was older than its move here)."""
-        pub, tag, _ = self._released.pop(rec.id)
+        pub, tag, _, told = self._released.pop(rec.id)
         pub.live -= 1  # (counted again below, or given back)
-        if self.publishers.get(pub.link) is not pub or tag in pub.records:
+        if self.publishers.get(pub.link) is not pub or tag in pub.records or told is not None:
+            # (`told`: it had its outcome before the record was taken; its settlement finds
+            # nothing to do)
             if self.publishers.get(pub.link) is pub:
                 self._refill(pub)
             return
@@ -835,6 +846,11 @@ class FailoverMixin:
                     self._accepted_settled(rec, copy, Step.DECLARED)
                 known[tag] = "accepted" if copy.state == ACCEPTED_STATE else "unsettled"
             else:
+                if sub.placeholders.get(tag, "accepted") != "accepted":
+                    # An earlier attach of it declared this one received, and it is back
+                    # before that arrived: `holding` counts it once, as declared now, or
+                    # the hold outlives its placeholders and nothing is sent to it again.
+                    sub.holding -= 1
                 sub.placeholders[tag] = state
                 placeholders.append(tag)
                 if state != "accepted":

@@ -65,6 +65,10 @@ def _check_record(engine: Engine, seq: int, rec: Record) -> None:
 
 def _check_subscribers(engine: Engine) -> None:
     for sub in engine.subscribers.values():
+        received = sum(state != "accepted" for state in sub.placeholders.values())
+        if sub.holding != received:
+            raise InvariantBroken(f"{sub.label} holds for {sub.holding} placeholder(s) but "
+                                  f"{received} declared received are left")
         for tag, rec in sub.inflight.items():
             copy = rec.copies.get(sub.sid)
             if copy is None or copy.state not in (CopyState.SENT, CopyState.ACCEPTED):
