@@ -24,6 +24,11 @@ ASCII decimal of a persisted sequence number (b"1", b"2", ...), never reused, an
 id is "NAME:seq". A subscriber is container-id NAME with link `sub/NAME`; it sees the router's
 tags (32 hex characters, `router.core.records.outgoing_tag`). On reconnecting, both declare what
 they hold in the link property `exactmesh:resume` (docs/resume-protocol.md).
+
+What to send, declare, answer and count is decided by the sans-IO cores of
+`amqp_edge.sdk_core` (`PublisherCore`, `SubscriberCore`, `Reconnect`); the classes here are
+their drivers: proton events in, core calls under the client lock, proton operations and
+store commits out.
 """
 
 from __future__ import annotations
