@@ -579,8 +579,9 @@ class Publisher(_ClientLoop):
         self.window = window
         self._mode = mode
         self._on_outcome = on_outcome
-        # The publisher's decisions (amqp_edge.sdk_core), under _lock: the application's
-        # thread publishes into it, the I/O thread does the rest.
+        # The publisher's decisions (amqp_edge.sdk_core). The application's thread publishes
+        # into it under _lock; the I/O thread takes _lock only to commit (what the two
+        # share: PublisherCore's "Threads") and calls the rest without it.
         self._core = PublisherCore.from_store(self._store, window=window)
         if self._core.holding:
             log.info("publisher %s: resending %d message(s) from %s", self._name,
@@ -681,27 +682,23 @@ class Publisher(_ClientLoop):
         self._store.close()
 
     def _detach_on_close(self) -> bool:
-        with self._lock:
-            return self._core.detach_on_close()
+        return self._core.detach_on_close()
 
     # ------------------------------------------------------------------ I/O thread
 
     def _open_link(self, conn: Any) -> Any:
-        with self._lock:
-            props: dict = {RESUME_KEY: self._core.declaration()}
+        props: dict = {RESUME_KEY: self._core.declaration()}
         if self._mode is not None:
             props[DELIVERY_MODE_KEY] = self._mode
         return self._container.create_sender(conn, self.topic, name=self.link_name,
                                              options=_Options(props))
 
     def _on_attached(self, link: Any) -> None:
-        with self._lock:
-            self._core.attached()
+        self._core.attached()
         self._transmit()
 
     def _on_link_lost(self) -> None:
-        with self._lock:
-            self._core.link_lost()
+        self._core.link_lost()
 
     def _on_wake(self) -> None:
         pass  # the work is done at quiesce, once per batch of events
@@ -736,9 +733,7 @@ class Publisher(_ClientLoop):
         link = self._link
         if link is None:
             return
-        with self._lock:
-            transfers = self._core.transmit(link.credit)
-        for t in transfers:
+        for t in self._core.transmit(link.credit):
             link.delivery(str(t.seq))
             link.stream(t.payload)
             link.advance()
@@ -767,18 +762,16 @@ class Publisher(_ClientLoop):
             name = "modified"
         else:
             name = None
-        with self._lock:
-            reaction = self._core.on_disposition(d.tag, name, settled=d.settled,
-                                                 condition=condition,
-                                                 description=description, info=info)
+        reaction = self._core.on_disposition(d.tag, name, settled=d.settled,
+                                             condition=condition, description=description,
+                                             info=info)
         if reaction.settle:
             d.settle()
         if reaction.retry_in is not None:
             self._container.schedule(reaction.retry_in, _Timer(self._requeue))
 
     def _requeue(self) -> None:
-        with self._lock:
-            self._core.requeue()
+        self._core.requeue()
         self._transmit()
 
 

@@ -7,8 +7,8 @@ outcome names, `now` as a float the caller reads from its clock); decisions come
 values and small dataclasses. Nothing here does I/O, reads a clock, takes a lock or touches
 proton or SQLite (an import-linter contract in pyproject.toml holds it to that).
 
-The cores are not thread-safe: a driver that calls them from several threads serialises the
-calls (`amqp_edge.client` holds its client lock around every call).
+The cores take no locks. A driver that calls one from several threads serialises the calls
+that share state; `PublisherCore` and `SubscriberCore` say which those are.
 
 The stores. A core does not call a store; the driver does, and tells the core what happened:
 
@@ -175,6 +175,10 @@ class Reaction:
     retry_in: float | None = None
 
 
+_SETTLE = Reaction(settle=True)  # the common answers, made once (one per outcome otherwise)
+_WAIT = Reaction(settle=False)
+
+
 @dataclass(slots=True)
 class PublisherCommit:
     """One group commit for the publisher's store: write it (`apply_to`), then hand it back to
@@ -201,6 +205,12 @@ class PublisherCore:
     Life of one message: `publish(payload)` -> `take_commit()` / store / `committed()` ->
     `transmit(credit)` -> `on_disposition(tag, "accepted")` -> `take_commit()` / store /
     `committed()` returns its Outcome.
+
+    Threads: the application's side (`publish`, `can_publish`, `next_seq`, `outstanding`)
+    shares state only with `take_commit` and `committed`. A driver whose application calls
+    from another thread holds one lock around those; the rest (the link's side, `counts`
+    aside, which only it writes) it may call from its one I/O thread without the lock, as
+    `amqp_edge.client` does to keep the per-message path free of lock hand-offs.
     """
 
     def __init__(self, *, window: int = 100, next_seq: int = 1,
@@ -336,7 +346,7 @@ class PublisherCore:
         try:
             seq = int(tag)
         except ValueError:
-            return Reaction(settle=True)  # not one of ours
+            return _SETTLE  # not one of ours
         if state == "accepted":
             outcome = Outcome(seq, "accepted")
             self._accepted.append(seq)
@@ -351,15 +361,15 @@ class PublisherCore:
             self.counts["released"] += 1
             self._retry.append(seq)
             if self._retry_armed:
-                return Reaction(settle=True)
+                return _SETTLE
             self._retry_armed = True
             return Reaction(settle=True, retry_in=self.retry_delay)
         else:
-            return Reaction(settle=False)  # no outcome yet
+            return _WAIT  # no outcome yet
         self._inflight.pop(seq, None)
         self._held.pop(seq, None)
         self._outcomes.append(outcome)
-        return Reaction(settle=True)
+        return _SETTLE
 
     def requeue(self) -> None:
         """The retry timer fired: released messages join the queue again (call `transmit`)."""
