@@ -511,6 +511,10 @@ class SubscriberCore:
       (at most `accepted_age` s ago) as "received";
     - the answers: `answer()` (after the store recorded it) queues the disposition for
       `take_answers()`; it goes nowhere if its delivery's link is gone.
+
+    Threads: the application's side (`take`, `answer`) and the link's side share the held
+    deliveries; a driver whose application calls from another thread serialises every call
+    (`amqp_edge.client` holds its client lock around each).
     """
 
     def __init__(self, *, prefetch: int = 100, durable: bool = False,
