@@ -24,17 +24,20 @@ ASCII decimal of a persisted sequence number (b"1", b"2", ...), never reused, an
 id is "NAME:seq". A subscriber is container-id NAME with link `sub/NAME`; it sees the router's
 tags (32 hex characters, `router.core.records.outgoing_tag`). On reconnecting, both declare what
 they hold in the link property `exactmesh:resume` (docs/resume-protocol.md).
+
+What to send, declare, answer and count is decided by the sans-IO cores of
+`amqp_edge.sdk_core` (`PublisherCore`, `SubscriberCore`, `Reconnect`); the classes here are
+their drivers: proton events in, core calls under the client lock, proton operations and
+store commits out.
 """
 
 from __future__ import annotations
 
 import contextlib
-import heapq
 import logging
 import socket
 import threading
 import time
-from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -47,6 +50,22 @@ from router.core import message
 from router.core.topics import TopicError, validate_filter, validate_topic
 
 from .client_store import PublisherStore, StoreError, SubscriberStore
+from .sdk_core import (  # noqa: F401 (re-exported: constants callers may read)
+    ATTEMPT_TIMEOUT,
+    BACKOFF_MAX,
+    BACKOFF_MIN,
+    FATAL_CONDITIONS,
+    RESUME_ACCEPTED_AGE,
+    RESUME_ACCEPTED_MAX,
+    Failure,
+    MemoryPublisherStore,
+    Outcome,
+    PublisherCore,
+    Reconnect,
+    Shown,
+    SubscriberCore,
+    is_fatal,
+)
 
 __all__ = [
     "ClientClosed",
@@ -67,31 +86,11 @@ log = logging.getLogger("exactmesh.client")
 
 RESUME_KEY = symbol("exactmesh:resume")
 DELIVERY_MODE_KEY = symbol("delivery-mode")
-BACKOFF_MIN = 0.05
-BACKOFF_MAX = 1.0
-ATTEMPT_TIMEOUT = 5.0  # one connection attempt that has not attached by then is abandoned
-RESUME_ACCEPTED_MAX = 256  # a subscriber declares at most this many accepted tags (an
-# attach frame must fit the router's max frame size, 32 KiB by default) ...
 # AMQP idle timeout the clients ask for: a router that hangs without closing its sockets (a
 # frozen process, a dead host) is noticed within about twice this, and the client fails
 # over. 1 s keeps that under 3 s (measured 2.06 s, benchmarks/failover.py --scenarios
 # sub-freeze,pub-freeze); the price is an empty frame from the router every half second.
 IDLE_TIMEOUT = 1.0
-RESUME_ACCEPTED_AGE = 60.0  # ... accepted in the last this many seconds
-# A link refused or closed with one of these will be refused again: reconnecting cannot help.
-FATAL_CONDITIONS = frozenset({
-    "amqp:invalid-field",
-    "amqp:not-implemented",
-    "amqp:not-allowed",
-    "amqp:not-found",
-    "amqp:unauthorized-access",
-    "amqp:precondition-failed",
-    "amqp:link:message-size-exceeded",
-    "amqp:decode-error",
-    # Another client attached with the same identity, newer than this one: taking the link
-    # back would only make the two fight over it.
-    "amqp:link:stolen",
-})
 
 
 class ClientError(Exception):
@@ -190,12 +189,10 @@ class _ClientLoop(Handler):
         self._wake_pending = False
         self._reconnects = 0
         # I/O thread only
-        self._url_index = 0
-        self._backoff = BACKOFF_MIN
+        self._dial = Reconnect(self._urls, connect_timeout, time.monotonic())
         self._conn: Any = None
         self._link: Any = None
         self._incarnation = 0  # of the current connection and link
-        self._down_since = time.monotonic()
         self._last_error = "none yet"
         self._stopping = False
         self._reconnect_timer: Any = None
@@ -375,8 +372,7 @@ class _ClientLoop(Handler):
         self._reconnect_timer = None
         if self._stopping or self._error is not None:
             return
-        url = self._urls[self._url_index % len(self._urls)]
-        self._url_index += 1
+        url = self._dial.next_url()
         self._incarnation += 1
         incarnation = self._incarnation
         log.debug("%s %s: connecting to %s", self.kind, self._name, url)
@@ -419,7 +415,7 @@ class _ClientLoop(Handler):
         answer = link.remote_properties or {}
         log.debug("%s %s attached to %s; router's resume answer: %r", self.kind, self._name,
                   event.connection.exactmesh_url, answer.get(RESUME_KEY))
-        self._backoff = BACKOFF_MIN
+        self._dial.attached()
         with self._lock:
             self._attached = True
             self._attached_url = event.connection.exactmesh_url
@@ -438,7 +434,7 @@ class _ClientLoop(Handler):
             return
         cond = link.remote_condition
         where = event.connection.exactmesh_url
-        if cond is not None and cond.name in FATAL_CONDITIONS:
+        if cond is not None and is_fatal(cond.name):
             self._fail(ClientError(f"router {where} refused {self.kind} link "
                                    f"{link.name!r}: {cond.name}: {cond.description}; "
                                    "not reconnecting"))
@@ -485,9 +481,8 @@ class _ClientLoop(Handler):
         self._drop_connection()
         if self._stopping:
             return
-        now = time.monotonic()
+        self._dial.lost(was_attached, time.monotonic())
         if was_attached:
-            self._down_since = now
             log.info("%s %s lost its link (%s); reconnecting", self.kind, self._name, reason)
         with self._lock:
             self._reconnects += 1
@@ -495,40 +490,17 @@ class _ClientLoop(Handler):
         self._retry_later()
 
     def _retry_later(self) -> None:
-        delay = self._backoff
-        if self._connect_timeout is not None:
-            remaining = self._down_since + self._connect_timeout - time.monotonic()
-            if remaining <= 0:
-                self._fail(RouterUnreachable(
-                    f"no exactmesh router reachable at {', '.join(self._urls)} for "
-                    f"{self._connect_timeout:g} s (last error: {self._last_error}); start one "
-                    "or check the URLs"))
-                return
-            delay = min(delay, remaining)
-        self._backoff = min(self._backoff * 2, BACKOFF_MAX)
+        delay = self._dial.retry_in(time.monotonic())
+        if delay is None:
+            self._fail(RouterUnreachable(
+                f"no exactmesh router reachable at {', '.join(self._urls)} for "
+                f"{self._connect_timeout:g} s (last error: {self._last_error}); start one "
+                "or check the URLs"))
+            return
         self._reconnect_timer = self._container.schedule(delay, _Timer(self._connect))
 
 
 # ====================================================================== publisher
-
-
-@dataclass(frozen=True, slots=True)
-class Outcome:
-    """A message's final outcome: state 'accepted' or 'rejected' (then condition and
-    description say why, e.g. exactmesh:delivery-failed naming the subscribers)."""
-
-    seq: int
-    state: str
-    condition: str | None = None
-    description: str | None = None
-    info: dict | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class Failure:
-    seq: int
-    condition: str
-    description: str
 
 
 def encode_message(name: str, topic: str, seq: int, body: bytes | str,
@@ -551,60 +523,6 @@ def encode_message(name: str, topic: str, seq: int, body: bytes | str,
     if ttl is not None:
         msg.ttl = ttl
     return msg.encode()
-
-
-class MemoryPublisherStore:
-    """A `Publisher` outbox kept in memory instead of SQLite (`Publisher(..., store=...)`),
-    for a caller that keeps durability itself and chooses the sequence numbers (so the tags,
-    b"SEQ") and the identity: e.g. the Spark data source (spark_connector), which derives
-    both from the query, batch, partition and row, and recomputes the same messages after a
-    failure.
-
-    `preload` is [(seq, payload)], payloads from `encode_message`: they are the messages
-    "without an outcome" the publisher finds on start, so it declares all of them in its
-    attach (`exactmesh:resume`, docs/resume-protocol.md) and sends them in sequence order;
-    a mesh that already has one (a live record or a tombstone) answers it without delivering
-    it again. Keep a preload within what one attach frame holds (32 KiB: about 2,500 tags of
-    up to 9 digits). Nothing survives the process."""
-
-    def __init__(self, preload: Sequence[tuple[int, bytes]] = ()) -> None:
-        self._pending: dict[int, bytes] = dict(preload)
-        self._failed: dict[int, tuple[str, str]] = {}
-        self._accepted = 0
-        self._next_seq = max(self._pending, default=0) + 1
-
-    def next_seq(self) -> int:
-        return self._next_seq
-
-    def accepted_total(self) -> int:
-        return self._accepted
-
-    def pending(self) -> list[tuple[int, bytes]]:
-        return sorted(self._pending.items())
-
-    def failures(self) -> list[Failure]:
-        return [Failure(seq, cond, desc) for seq, (cond, desc) in sorted(self._failed.items())]
-
-    def clear_failures(self) -> int:
-        n = len(self._failed)
-        self._failed.clear()
-        return n
-
-    def commit(self, inserts: Sequence[tuple[int, bytes]] = (), accepted: Sequence[int] = (),
-               failed: Sequence[tuple[int, str, str]] = (),
-               next_seq: int | None = None) -> None:
-        self._pending.update(inserts)
-        for seq in accepted:
-            if self._pending.pop(seq, None) is not None:
-                self._accepted += 1
-        for seq, cond, desc in failed:
-            self._pending.pop(seq, None)
-            self._failed[seq] = (cond, desc)
-        if next_seq is not None:
-            self._next_seq = max(self._next_seq, next_seq)
-
-    def close(self) -> None:
-        pass
 
 
 class Publisher(_ClientLoop):
@@ -661,26 +579,13 @@ class Publisher(_ClientLoop):
         self.window = window
         self._mode = mode
         self._on_outcome = on_outcome
-        # shared, under _lock
-        self._unwritten: list[tuple[int, bytes]] = []
-        self._next_seq = self._store.next_seq()
-        loaded = self._store.pending()
-        self._outstanding = len(loaded)
-        self._counts = {"sent": 0, "resent": 0, "accepted": 0, "failed": 0, "released": 0}
-        self._accepted_total = self._store.accepted_total()
-        # I/O thread only
-        self._held: dict[int, bytes] = dict(loaded)
-        self._queue: list[int] = [seq for seq, _ in loaded]  # a heap, in sequence order
-        self._transmitted: set[int] = {seq for seq, _ in loaded}  # sending again = resend
-        self._inflight: dict[int, Any] = {}
-        self._db_accepted: list[int] = []
-        self._db_failed: list[tuple[int, str, str]] = []
-        self._outcomes: list[Outcome] = []
-        self._retry: list[int] = []
-        self._retry_timer: Any = None
-        if loaded:
-            log.info("publisher %s: resending %d message(s) from %s", self._name, len(loaded),
-                     state_dir or "its store")
+        # The publisher's decisions (amqp_edge.sdk_core). The application's thread publishes
+        # into it under _lock; the I/O thread takes _lock only to commit (what the two
+        # share: PublisherCore's "Threads") and calls the rest without it.
+        self._core = PublisherCore.from_store(self._store, window=window)
+        if self._core.holding:
+            log.info("publisher %s: resending %d message(s) from %s", self._name,
+                     self._core.holding, state_dir or "its store")
         self._start()
 
     # ------------------------------------------------------------------ application API
@@ -689,13 +594,13 @@ class Publisher(_ClientLoop):
     def next_seq(self) -> int:
         """The sequence number the next `send` will get."""
         with self._lock:
-            return self._next_seq
+            return self._core.next_seq
 
     @property
     def pending(self) -> int:
         """Messages sent (or loaded) without an outcome yet."""
         with self._lock:
-            return self._outstanding
+            return self._core.outstanding
 
     def send(self, body: bytes | str, properties: dict | None = None, ttl: float | None = None,
              timeout: float | None = None) -> int:
@@ -705,7 +610,7 @@ class Publisher(_ClientLoop):
         with self._cond:
             while True:
                 self._check()
-                if self._outstanding < self.window:
+                if self._core.can_publish():
                     break
                 remaining = None if deadline is None else deadline - time.monotonic()
                 if remaining is not None and remaining <= 0:
@@ -721,29 +626,27 @@ class Publisher(_ClientLoop):
         """`send` without blocking: None when the window is full."""
         with self._lock:
             self._check()
-            if self._outstanding >= self.window:
+            if not self._core.can_publish():
                 return None
             seq = self._enqueue(body, properties, ttl)
         self._wake()
         return seq
 
     def _enqueue(self, body: bytes | str, properties: dict | None, ttl: float | None) -> int:
-        seq = self._next_seq
-        payload = encode_message(self._name, self.topic, seq, body, properties, ttl)
-        self._next_seq = seq + 1
-        self._unwritten.append((seq, payload))
-        self._outstanding += 1
-        return seq
+        """Call with _lock held."""
+        payload = encode_message(self._name, self.topic, self._core.next_seq, body, properties,
+                                 ttl)
+        return self._core.publish(payload)
 
     def flush(self, timeout: float | None = None) -> None:
         """Wait until every message sent so far has a final outcome (accepted or failed)."""
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._cond:
-            while self._outstanding:
+            while self._core.outstanding:
                 self._check()
                 remaining = None if deadline is None else deadline - time.monotonic()
                 if remaining is not None and remaining <= 0:
-                    raise TimeoutError(f"{self._outstanding} message(s) of publisher "
+                    raise TimeoutError(f"{self._core.outstanding} message(s) of publisher "
                                        f"{self._name!r} still without an outcome after "
                                        f"{timeout} s")
                 self._cond.wait(remaining)
@@ -760,8 +663,9 @@ class Publisher(_ClientLoop):
         """Counts for this run (sent, resent, accepted, failed, released), plus pending,
         accepted_total (all runs), next_seq, reconnects and the attached URL."""
         with self._lock:
-            return {**self._counts, "pending": self._outstanding,
-                    "accepted_total": self._accepted_total, "next_seq": self._next_seq,
+            core = self._core
+            return {**core.counts, "pending": core.outstanding,
+                    "accepted_total": core.accepted_total, "next_seq": core.next_seq,
                     "reconnects": self._reconnects, "url": self._attached_url}
 
     def close(self, flush_timeout: float | None = None) -> None:
@@ -778,24 +682,23 @@ class Publisher(_ClientLoop):
         self._store.close()
 
     def _detach_on_close(self) -> bool:
-        return bool(self._held)
+        return self._core.detach_on_close()
 
     # ------------------------------------------------------------------ I/O thread
 
     def _open_link(self, conn: Any) -> Any:
-        props: dict = {RESUME_KEY: {"unsettled": [str(s).encode() for s in sorted(self._held)]}}
+        props: dict = {RESUME_KEY: self._core.declaration()}
         if self._mode is not None:
             props[DELIVERY_MODE_KEY] = self._mode
         return self._container.create_sender(conn, self.topic, name=self.link_name,
                                              options=_Options(props))
 
     def _on_attached(self, link: Any) -> None:
+        self._core.attached()
         self._transmit()
 
     def _on_link_lost(self) -> None:
-        for seq in self._inflight:
-            heapq.heappush(self._queue, seq)
-        self._inflight.clear()
+        self._core.link_lost()
 
     def _on_wake(self) -> None:
         pass  # the work is done at quiesce, once per batch of events
@@ -808,56 +711,32 @@ class Publisher(_ClientLoop):
         self._transmit()
 
     def _commit(self) -> None:
+        """One group commit of what the core has for the store; then what it unblocks: new
+        messages may go on the wire, outcomes are reported."""
         with self._lock:
-            batch, self._unwritten = self._unwritten, []
-            next_seq = self._next_seq
-        if not (batch or self._db_accepted or self._db_failed):
+            commit = self._core.take_commit()
+        if commit is None:
             return
-        self._store.commit(batch, self._db_accepted, self._db_failed, next_seq)
-        self._db_accepted, self._db_failed = [], []
-        for seq, payload in batch:
-            self._held[seq] = payload
-            heapq.heappush(self._queue, seq)
-        outcomes, self._outcomes = self._outcomes, []
-        if outcomes:
-            with self._lock:
-                self._outstanding -= len(outcomes)
-                for o in outcomes:
-                    self._counts["accepted" if o.state == "accepted" else "failed"] += 1
-                    if o.state == "accepted":
-                        self._accepted_total += 1
+        commit.apply_to(self._store)
+        with self._lock:
+            outcomes = self._core.committed(commit)
+            if outcomes:
                 self._notify()
-            if self._on_outcome is not None:
-                for o in outcomes:
-                    try:
-                        self._on_outcome(o.seq, o)
-                    except Exception:
-                        log.exception("publisher %s: on_outcome raised", self._name)
+        if outcomes and self._on_outcome is not None:
+            for o in outcomes:
+                try:
+                    self._on_outcome(o.seq, o)
+                except Exception:
+                    log.exception("publisher %s: on_outcome raised", self._name)
 
     def _transmit(self) -> None:
         link = self._link
-        if link is None or not self._attached:
+        if link is None:
             return
-        inflight, queue, held = self._inflight, self._queue, self._held
-        sent = resent = 0
-        while queue and link.credit > 0 and len(inflight) < self.window:
-            seq = heapq.heappop(queue)
-            payload = held.get(seq)
-            if payload is None or seq in inflight:
-                continue
-            link.delivery(str(seq))
-            link.stream(payload)
+        for t in self._core.transmit(link.credit):
+            link.delivery(str(t.seq))
+            link.stream(t.payload)
             link.advance()
-            inflight[seq] = True
-            if seq in self._transmitted:
-                resent += 1
-            else:
-                sent += 1
-                self._transmitted.add(seq)
-        if sent or resent:
-            with self._lock:
-                self._counts["sent"] += sent
-                self._counts["resent"] += resent
 
     def on_link_flow(self, event: Any) -> None:
         if event.link == self._link and self._current(event.connection):
@@ -868,45 +747,31 @@ class Publisher(_ClientLoop):
         if not self._current(event.connection) or d.link != self._link or not d.updated:
             return
         state = d.remote_state
-        try:
-            seq = int(d.tag)
-        except ValueError:
-            d.settle()
-            return
+        condition = description = info = None
         if state == Delivery.ACCEPTED:
-            outcome = Outcome(seq, "accepted")
-            self._db_accepted.append(seq)
+            name: str | None = "accepted"
         elif state == Delivery.REJECTED:
+            name = "rejected"
             cond = d.remote.condition
-            name = cond.name if cond else "amqp:rejected"
-            desc = (cond.description if cond else None) or ""
-            info = dict(cond.info) if cond is not None and cond.info else None
-            outcome = Outcome(seq, "rejected", name, desc, info)
-            self._db_failed.append((seq, name, desc))
-        elif state in (Delivery.RELEASED, Delivery.MODIFIED) or d.settled:
-            # Not taken this time (or settled without an outcome): resend it, same tag.
-            d.settle()
-            self._inflight.pop(seq, None)
-            with self._lock:
-                self._counts["released"] += 1
-            self._retry.append(seq)
-            if self._retry_timer is None:
-                self._retry_timer = self._container.schedule(BACKOFF_MIN,
-                                                             _Timer(self._requeue))
-            return
+            if cond is not None:
+                condition, description = cond.name, cond.description
+                info = dict(cond.info) if cond.info else None
+        elif state == Delivery.RELEASED:
+            name = "released"
+        elif state == Delivery.MODIFIED:
+            name = "modified"
         else:
-            return  # no outcome yet
-        d.settle()
-        self._inflight.pop(seq, None)
-        self._held.pop(seq, None)
-        self._outcomes.append(outcome)
+            name = None
+        reaction = self._core.on_disposition(d.tag, name, settled=d.settled,
+                                             condition=condition, description=description,
+                                             info=info)
+        if reaction.settle:
+            d.settle()
+        if reaction.retry_in is not None:
+            self._container.schedule(reaction.retry_in, _Timer(self._requeue))
 
     def _requeue(self) -> None:
-        self._retry_timer = None
-        for seq in self._retry:
-            if seq in self._held:
-                heapq.heappush(self._queue, seq)
-        self._retry.clear()
+        self._core.requeue()
         self._transmit()
 
 
@@ -926,8 +791,7 @@ class ReceivedMessage:
     properties: dict | None
     delivery_count: int = 0
     annotations: dict | None = None
-    _delivery: Any = field(default=None, repr=False)
-    _incarnation: int = field(default=0, repr=False)
+    _copy: int = field(default=0, repr=False)  # SubscriberCore's serial (Shown.copy)
 
     @property
     def publisher(self) -> str | None:
@@ -992,20 +856,9 @@ class Subscriber(_ClientLoop):
         self.prefetch = prefetch
         self.keep_processed = keep_processed
         self._store.prune(keep_processed)
-        # shared, under _lock
-        self._inbox: deque[ReceivedMessage] = deque()
-        self._unanswered: dict[str, ReceivedMessage] = {}  # received, not answered
-        self._actions: deque[tuple[str, ReceivedMessage, str | None, str | None]] = deque()
-        self._recent_accepted: deque[tuple[str, float]] = deque(
-            self._store.recent_accepted(RESUME_ACCEPTED_AGE, RESUME_ACCEPTED_MAX),
-            maxlen=RESUME_ACCEPTED_MAX)
-        self._declare_received: dict[str, float] = {}
-        self._counts = {"received": 0, "duplicates_suppressed": 0, "accepted": 0,
-                        "rejected": 0, "released": 0}
-        self._accepted_total = self._store.accepted_total()
-        self._gen = 0
-        # I/O thread only
-        self._live = 0  # deliveries on the current link not yet answered (they use credit)
+        # The subscriber's decisions (amqp_edge.sdk_core), under _lock: the application's
+        # thread takes messages and answers them, the I/O thread does the rest.
+        self._core = SubscriberCore.from_store(self._store, prefetch=prefetch, durable=durable)
         self._start()
 
     # ------------------------------------------------------------------ application API
@@ -1016,17 +869,20 @@ class Subscriber(_ClientLoop):
         with self._cond:
             while True:
                 self._check()
-                if self._inbox:
-                    return self._inbox.popleft()
+                shown = self._core.take()
+                if shown is not None:
+                    break
                 remaining = None if deadline is None else deadline - time.monotonic()
                 if remaining is not None and remaining <= 0:
                     return None
                 self._cond.wait(remaining)
+        return _received(shown)
 
     def try_receive(self) -> ReceivedMessage | None:
         with self._lock:
             self._check()
-            return self._inbox.popleft() if self._inbox else None
+            shown = self._core.take()
+        return None if shown is None else _received(shown)
 
     def __iter__(self) -> Iterator[ReceivedMessage]:
         while True:
@@ -1055,104 +911,73 @@ class Subscriber(_ClientLoop):
                 description: str | None) -> None:
         with self._lock:
             self._check()
-        new = outcome != "released" and self._store.record(msg.tag, outcome)
+        # Committed before the disposition is queued: a copy that comes later is suppressed.
+        new = SubscriberCore.must_record(outcome) and self._store.record(msg.tag, outcome)
         with self._lock:
-            self._unanswered.pop(msg.tag, None)
-            self._declare_received.pop(msg.tag, None)
-            self._counts[outcome] += 1
-            if new and outcome == "accepted":
-                self._accepted_total += 1
-            if outcome == "accepted":
-                self._recent_accepted.append((msg.tag, time.time()))
-            self._actions.append((outcome, msg, condition, description))
+            prune = self._core.answer(msg.tag, outcome, time.time(), new=new, copy=msg._copy,
+                                      condition=condition, description=description)
         self._wake()
-        if outcome == "accepted" and self._counts["accepted"] % 10000 == 0:
+        if prune:
             self._store.prune(self.keep_processed)
 
     def stats(self) -> dict[str, Any]:
         """Counts for this run (received, duplicates_suppressed, accepted, rejected,
         released), plus accepted_total (all runs), queued, gen, reconnects and the URL."""
         with self._lock:
-            return {**self._counts, "accepted_total": self._accepted_total,
-                    "queued": len(self._inbox), "gen": self._gen,
+            core = self._core
+            return {**core.counts, "accepted_total": core.accepted_total,
+                    "queued": core.queued, "gen": core.gen,
                     "reconnects": self._reconnects, "url": self._attached_url}
 
     @property
     def accepted_total(self) -> int:
         """Messages this subscriber id accepted in all runs (persisted)."""
         with self._lock:
-            return self._accepted_total
+            return self._core.accepted_total
 
     def _close_store(self) -> None:
         self._store.close()
 
     def _detach_on_close(self) -> bool:
-        return self.durable  # a durable subscription stays (warm) at the router
+        return self._core.detach_on_close()  # a durable subscription stays (warm)
 
     # ------------------------------------------------------------------ I/O thread
 
     def _open_link(self, conn: Any) -> Any:
         gen = self._store.next_gen()
-        now = time.time()
         with self._lock:
-            self._gen = gen
-            unsettled = {tag: "accepted" for tag, at in self._recent_accepted
-                         if now - at <= RESUME_ACCEPTED_AGE}
-            for tag, at in list(self._declare_received.items()):
-                if now - at > RESUME_ACCEPTED_AGE:
-                    del self._declare_received[tag]
-                else:
-                    unsettled.setdefault(tag, "received")
-        props = {RESUME_KEY: {"unsettled": unsettled, "gen": gen}}
+            props = {RESUME_KEY: self._core.declaration(gen, time.time())}
         return self._container.create_receiver(
             conn, self.topic_filter, name=self.link_name,
             options=_Options(props, durable=self.durable, timeout=self.timeout))
 
     def _on_attached(self, link: Any) -> None:
-        self._live = 0
+        with self._lock:
+            self._core.attached()
         self._top_up(link)
 
     def _on_link_lost(self) -> None:
-        now = time.time()
         with self._lock:
-            for msg in self._inbox:  # not shown yet: they come again if the router keeps them
-                self._unanswered.pop(msg.tag, None)
-                self._declare_received[msg.tag] = now
-            self._inbox.clear()
-            for msg in self._unanswered.values():  # held by the application
-                msg._delivery = None
-                self._declare_received[msg.tag] = now
-        self._live = 0
+            self._core.link_lost(time.time())
 
     def _top_up(self, link: Any) -> None:
-        want = self.prefetch - link.credit - self._live
-        if want > 0 and (want >= max(1, self.prefetch // 4) or link.credit == 0):
+        with self._lock:
+            want = self._core.credit_to_grant(link.credit)
+        if want:
             link.flow(want)
 
     def _on_quiesced(self) -> None:
         link = self._link
-        if link is not None and self._attached:
+        if link is not None:
             self._top_up(link)
 
     def _on_wake(self) -> None:
-        while True:
-            with self._lock:
-                if not self._actions:
-                    break
-                outcome, msg, condition, description = self._actions.popleft()
-            d = msg._delivery
-            if d is None or msg._incarnation != self._incarnation or self._conn is None:
-                continue  # its link is gone: the router sends it again (or it is suppressed)
-            msg._delivery = None
-            if outcome == "accepted":
-                d.update(Delivery.ACCEPTED)
-            elif outcome == "rejected":
-                d.local.condition = Condition(condition or "exactmesh:rejected", description)
-                d.update(Delivery.REJECTED)
-            else:
-                d.update(Delivery.RELEASED)
-            d.settle()
-            self._live -= 1
+        with self._lock:
+            answers = self._core.take_answers()
+        if self._conn is None:
+            return  # closing: the router sends them again (or they are suppressed)
+        for a in answers:
+            _dispose(a.delivery, a.outcome, a.condition, a.description)
 
     def on_delivery(self, event: Any) -> None:
         d = event.delivery
@@ -1168,40 +993,43 @@ class Subscriber(_ClientLoop):
         link.advance()
         tag = d.tag
         answered = self._store.outcome_of(tag)
-        if answered is not None:
-            if answered == "rejected":
-                d.local.condition = Condition("exactmesh:rejected", "rejected before")
-                d.update(Delivery.REJECTED)
-            else:
-                d.update(Delivery.ACCEPTED)
-            d.settle()
-            with self._lock:
-                self._counts["duplicates_suppressed"] += 1
-            return
-        self._live += 1
         with self._lock:
-            old = self._unanswered.get(tag)
-            if old is not None:
-                # Sent again while the application still holds the first copy: that copy now
-                # answers this delivery; the application does not see it twice.
-                if old._delivery is not None and old._delivery.settled:
-                    old._delivery.settle()
-                    self._live -= 1
-                old._delivery, old._incarnation = d, self._incarnation
-                self._counts["duplicates_suppressed"] += 1
-                return
-        msg = Message()
-        msg.decode(data)
-        body = msg.body
-        if isinstance(body, memoryview | bytearray):
-            body = bytes(body)  # proton decodes binary as a memoryview
-        rm = ReceivedMessage(
-            body=body, topic=msg.address, message_id=msg.id, tag=tag,
-            redelivered=_redelivered(msg), properties=msg.properties,
-            delivery_count=msg.delivery_count or 0, annotations=msg.annotations,
-            _delivery=d, _incarnation=self._incarnation)
-        with self._lock:
-            self._unanswered[tag] = rm
-            self._inbox.append(rm)
-            self._counts["received"] += 1
-            self._notify()
+            incoming = self._core.on_delivery(tag, d, data, answered)
+            if incoming.kind == "show":
+                self._notify()
+        if incoming.kind == "answer":  # answered before: again, from the store, not shown
+            _dispose(d, incoming.outcome, incoming.condition, incoming.description)
+        elif incoming.kind == "bind":
+            previous = incoming.previous
+            if previous is not None and previous.settled:
+                previous.settle()
+                with self._lock:
+                    self._core.previous_settled()
+
+
+def _dispose(d: Any, outcome: str | None, condition: str | None,
+             description: str | None) -> None:
+    """Answer delivery `d` with `outcome` and settle it."""
+    if outcome == "accepted":
+        d.update(Delivery.ACCEPTED)
+    elif outcome == "rejected":
+        d.local.condition = Condition(condition or "exactmesh:rejected", description)
+        d.update(Delivery.REJECTED)
+    else:
+        d.update(Delivery.RELEASED)
+    d.settle()
+
+
+def _received(shown: Shown) -> ReceivedMessage:
+    """The application's view of a message the core handed out (decoded here, on the
+    application's thread)."""
+    msg = Message()
+    msg.decode(shown.payload)
+    body = msg.body
+    if isinstance(body, memoryview | bytearray):
+        body = bytes(body)  # proton decodes binary as a memoryview
+    return ReceivedMessage(
+        body=body, topic=msg.address, message_id=msg.id, tag=shown.tag,
+        redelivered=_redelivered(msg), properties=msg.properties,
+        delivery_count=msg.delivery_count or 0, annotations=msg.annotations,
+        _copy=shown.copy)
