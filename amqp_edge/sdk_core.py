@@ -630,6 +630,10 @@ class SubscriberCore:
         """Messages waiting for the application."""
         return len(self._inbox)
 
+    def holds(self, tag: str) -> bool:
+        """Whether the application has `tag` unanswered (in the inbox, or taken)."""
+        return tag in self._held
+
     def take(self) -> Shown | None:
         """The next message for the application, or None."""
         if not self._inbox:

@@ -32,6 +32,8 @@ again with their identity, the next generation and their resume declaration):
   order; one that stays away fails by name after its timeout; a publisher whose connection
   dropped resends without duplicates; a subscriber moves after a dropped connection (and the
   router that noticed late closes the old link as stolen).
+- `test_sdk_client_simulations`: failover seeds with every client run by the SDK's state
+  machines (router/sim/sdk.py; `Params.sdk`, a share of them in every failover seed).
 - REGRESSIONS: every run that ever failed, which must pass for good (a newly found failing
   run is fixed, then added there; nothing here is xfail).
 """
@@ -142,6 +144,26 @@ def test_failover_simulations() -> None:
             failures.append(f"seed {seed}: {failure.what.splitlines()[0][:200]}\n    "
                             f"{failure.params.spec()}")
     assert not failures, f"{len(failures)} of {count} seeds failed:\n" + "\n".join(failures)
+
+
+def test_sdk_client_simulations() -> None:
+    """Every client run by the SDK's own state machines (`Params.sdk=1`, router/sim/sdk.py:
+    amqp_edge.sdk_core's PublisherCore and SubscriberCore with in-memory stores), on 300
+    failover seeds: what the SDK declares, resends and suppresses keeps exactly once through
+    crashes, moves and dropped connections. Proves the SDK clients did run and move."""
+    failures, resent, sdk_lines = [], 0, 0
+    for seed in range(5000, 5300):
+        params = dataclasses.replace(failover_params(seed), sdk=1.0)
+        try:
+            world = run(params)
+        except SimFailure as failure:
+            failures.append(f"seed {seed}: {failure.what.splitlines()[0][:200]}\n    "
+                            f"{failure.params.spec()}")
+            continue
+        resent += world.moves["resent"]
+        sdk_lines += sum(c.sdk is not None for c in world.all_clients)
+    assert not failures, f"{len(failures)} of 300 seeds failed:\n" + "\n".join(failures)
+    assert sdk_lines > 600 and resent > 300, (sdk_lines, resent)
 
 
 @pytest.mark.slow

@@ -31,6 +31,11 @@ with a timeout in [`warm_min`, `warm_max`] seconds), and `reconnect_timeout` is 
 With every failover parameter at its default, a run is what it was before they existed (the
 same random draws, so old specs replay the same).
 
+A share of the clients (`sdk`; none, half or all of them in a failover seed's run) are
+run by the SDK's own state machines, `amqp_edge.sdk_core` (router/sim/sdk.py): what they
+declare, send again, answer from their store and grant as credit is the SDK's code, not a
+model of it. The others model whatever any AMQP client may do.
+
 Clients talk to their router's engine directly and react after a delay (events on the same
 clock): publishers publish within their credit, settle after the outcome and sometimes
 before it; subscribers grant credit, accept, reject, release or modify, some slowly; clients
@@ -76,6 +81,7 @@ from router.core.records import ALL, SOME, LinkIdentity, outgoing_tag
 from router.nodeloop import NodeLoop
 
 from .checker import Checker, Msg, Violation
+from .sdk import SdkClients, SdkPublisher, SdkSubscriber
 
 TOPOLOGIES = ("line", "ring", "star", "random", "full")
 TOPICS = ("a", "a/b", "b", "a/c")
@@ -143,6 +149,9 @@ class Params:
     reconnect_timeout: float = 30.0  # EngineConfig: how long orphans and lost subscribers wait
     resume_timeout: float = 5.0  # EngineConfig: how long a resumed subscriber's holds last
     declare: float = 1.0  # share of subscriber re-attaches that declare what they hold
+    # Share of clients run by the SDK's state machines (router/sim/sdk.py), drawn from a
+    # generator of their own: 0 leaves every other draw of a run as it was.
+    sdk: float = 0.0
 
     def spec(self) -> str:
         return ",".join(f"{f.name}={getattr(self, f.name)}" for f in fields(self))
@@ -220,6 +229,7 @@ class Params:
             warm=rng.choice([0.0, 0.5, 1.0]),
             warm_max=rng.choice([1.0, 3.0, 5.0]),
             reconnect_timeout=rng.choice([1.0, 3.0, 8.0]),
+            sdk=random.Random(f"exactmesh-sdk-{seed}").choice([0.0, 0.5, 1.0]),
         )
 
 
@@ -422,6 +432,7 @@ class PubClient(Client):
         self.undecided: dict[bytes, Msg] = {}  # by publisher tag, in publish order
         self.decided: dict[bytes, Msg] = {}  # outcome known, not settled yet
         self.resend_queue: deque[bytes] = deque()  # declared on attach, not sent again yet
+        self.sdk: SdkPublisher | None = None  # run by the SDK's state machine (sim/sdk.py)
 
     def payload(self, seq: int) -> bytes:
         return f"{self.key}#{seq}".encode()
@@ -465,19 +476,21 @@ class SubClient(Client):
         self.dup_ok: set[str] = set()  # ids it may get again (a router's second record)
         self.lost_settled: set[str] = set()  # pre-settled copies lost on a dead connection
         self.raw_duplicates = 0  # copies of messages it had processed already
+        self.sdk: SdkSubscriber | None = None  # run by the SDK's state machine (sim/sdk.py)
         self.suppressed = 0  # of those, answered from its store without processing
 
 
 # ---------------------------------------------------------------------------- the world
 
 
-class World:
+class World(SdkClients):
     def __init__(self, params: Params, *, trace_lines: int | None = None) -> None:
         """`trace_lines`: how many of the last trace lines to keep (0: all; default
         TRACE_LINES)."""
         self._records_seen: dict[int, object] = {}
         p = self.p = params
         self.rng = random.Random(p.seed)
+        self.sdk_rng = random.Random(f"exactmesh-sdk-clients-{p.seed}")  # who runs the SDK
         self.now = 0.0
         self._queue: list[tuple[float, int, Callable[..., None], tuple]] = []
         self._tie = itertools.count()
@@ -933,12 +946,16 @@ class World:
             survivor = share > 0 and rng.random() < share
         pub = PubClient(r, link, next(self._client_names), topic, mode, rate=rate,
                         survivor=survivor)
+        if p.sdk > 0 and self.sdk_rng.random() < p.sdk:
+            pub.sdk = SdkPublisher()
         self.clients[link] = pub
         self.all_clients.append(pub)
         self.log(f"attach publisher {pub.label} topic {topic} mode {mode}"
-                 f"{' survivor' if survivor else ''}")
+                 f"{' survivor' if survivor else ''}{' SDK' if pub.sdk else ''}")
         r.loop.register_link(link, r.clients, pub)
         r.engine.handle(ev.PublisherAttached(self.now, link, pub.ident, topic, mode))
+        if pub.sdk is not None:
+            pub.sdk.core.attached()
         self.settle(r)
         self.after(rng.expovariate(1 / pub.rate), self._publish_loop, pub, pub.epoch)
         return pub
@@ -964,16 +981,22 @@ class World:
         sub = SubClient(r, link, next(self._client_names), topic_filter, presettled=presettled,
                         flaky=flaky, slow=slow, stalled=stalled, target=target,
                         survivor=survivor, warm=warm)
+        if p.sdk > 0 and self.sdk_rng.random() < p.sdk:
+            sub.sdk = SdkSubscriber(self, prefetch=target)
+            sub.presettled = False  # the SDK's subscribers answer every message
         self.clients[link] = sub
         self.all_clients.append(sub)
         self.checker.register_sub(sub)
         self.log(f"attach subscriber {sub.label} filter {topic_filter}"
                  f"{' presettled' if sub.presettled else ''}{' flaky' if sub.flaky else ''}"
                  f"{' slow' if sub.slow else ''}{' stalled' if sub.stalled else ''}"
-                 f"{' survivor' if survivor else ''}{f' warm {warm:g} s' if warm else ''}")
+                 f"{' survivor' if survivor else ''}{f' warm {warm:g} s' if warm else ''}"
+                 f"{' SDK' if sub.sdk else ''}")
         r.loop.register_link(link, r.clients, sub)
         r.engine.handle(ev.SubscriberAttached(self.now, link, sub.ident, topic_filter,
                                               sub.presettled, warm, gen=sub.gen))
+        if sub.sdk is not None:
+            sub.sdk.core.attached()
         self.settle(r)
         self.after(rng.uniform(0.0, 0.05), self._credit_loop, sub, sub.epoch)
         return sub
@@ -1013,6 +1036,7 @@ class World:
         c.lost_links.add(c.link)
         c.lost_at = self.now
         c.epoch += 1
+        self.sdk_lost(c)
         if c.kind == "pub":
             pub: PubClient = c  # type: ignore[assignment]
             pub.credit = 0
@@ -1103,7 +1127,7 @@ class World:
         self.moves["reattached"] += 1
         if c.kind == "sub":
             sub: SubClient = c  # type: ignore[assignment]
-            declared = self._declaration(sub)
+            declared = self.sdk_declaration(sub) if sub.sdk else self._declaration(sub)
             self.log(f"{sub.key} attaches again at {r.id} (gen {sub.gen}, declares "
                      f"{len(declared)}: {sum(v == 'received' for v in declared.values())} "
                      "received)")
@@ -1111,16 +1135,22 @@ class World:
             r.engine.handle(ev.SubscriberAttached(self.now, link, sub.ident, sub.filter,
                                                   sub.presettled, sub.warm, gen=sub.gen,
                                                   declared=declared))
+            if sub.sdk is not None:
+                sub.sdk.core.attached()
             self.settle(r)
             self.after(rng.uniform(0.0, 0.05), self._credit_loop, sub, sub.epoch)
             return
         pub: PubClient = c  # type: ignore[assignment]
         resends = [tag for tag, msg in pub.undecided.items() if msg.tracked]
+        if pub.sdk is not None:
+            resends = self.sdk_attach_resends(pub)  # the SDK's own declaration
         self.log(f"{pub.key} attaches again at {r.id}, resending {len(resends)}")
-        pub.resend_queue = deque(resends)
+        pub.resend_queue = deque(resends if pub.sdk is None else ())
         r.loop.register_link(link, r.clients, pub)
         r.engine.handle(ev.PublisherAttached(self.now, link, pub.ident, pub.topic, pub.mode,
                                              resends))
+        if pub.sdk is not None:
+            pub.sdk.core.attached()  # it sends its resends first when credit comes
         self.settle(r)
         self._send_resends(pub, pub.epoch)
         self.after(rng.expovariate(1 / pub.rate), self._publish_loop, pub, pub.epoch)
@@ -1158,7 +1188,12 @@ class World:
     def _publish_loop(self, pub: PubClient, epoch: int) -> None:
         if pub.detached or self.draining or epoch != pub.epoch:
             return
-        if pub.resend_queue:
+        if pub.sdk is not None:
+            self.sdk_transmit(pub, epoch)
+            if (pub.credit > 0 and pub.published < self.p.messages
+                    and pub.sdk.core.can_publish() and not pub.detached):
+                self.sdk_publish(pub)
+        elif pub.resend_queue:
             self._send_resends(pub, epoch)
         elif pub.credit > 0 and pub.published < self.p.messages:
             self.publish(pub)
@@ -1170,14 +1205,17 @@ class World:
         return local, remote
 
     def publish(self, pub: PubClient, *, presettled: bool | None = None,
-                ttl_ms: int | bool | None = False) -> Msg:
+                ttl_ms: int | bool | None = False, tag: bytes | None = None) -> Msg:
+        """Publish one message (`tag`: the one the SDK's core gave it, for an SDK client)."""
         rng, p = self.rng, self.p
         r, engine = pub.router, pub.router.engine
-        tag = str(pub.published).encode()
+        tag = str(pub.published).encode() if tag is None else tag
         msg_id = outgoing_tag(pub.ident.container, pub.ident.name, tag).decode()
         if presettled is None:
             presettled = rng.random() < p.presettled
-        override = rng.choice([ALL, SOME]) if rng.random() < p.override else None
+        override = None
+        if pub.sdk is None:
+            override = rng.choice([ALL, SOME]) if rng.random() < p.override else None
         if ttl_ms is False:
             ttl_ms = rng.randint(200, 3000) if rng.random() < p.ttl else None
         # What the origin knows right now: who is owed this message (read-only look-ups).
@@ -1186,12 +1224,15 @@ class World:
                                       local, remote, ttl_ms)  # type: ignore[arg-type]
         msg.override = override
         pub.published += 1
-        pub.credit -= 1
         if not presettled:
             pub.undecided[tag] = msg
         self.log(f"publish {pub.label}#{msg.seq} {msg_id[:8]} mode {msg.mode} owed "
                  f"{sorted(msg.owed)}{' presettled' if presettled else ''}"
                  f"{f' ttl {ttl_ms}' if ttl_ms else ''}")
+        if pub.sdk is not None:
+            self.sdk_queued(pub, pub.payload(msg.seq))  # stored, then sent when its turn comes
+            return msg
+        pub.credit -= 1
         engine.handle(ev.MessageArrived(self.now, pub.link, tag, pub.payload(msg.seq),
                                         presettled, override, ttl_ms))  # type: ignore[arg-type]
         self.settle(r)
@@ -1238,7 +1279,13 @@ class World:
         if sub.detached or epoch != sub.epoch:
             return
         target = max(sub.target, 5) if self.draining else sub.target
-        if sub.credit < target:
+        if sub.sdk is not None:
+            grant = self.sdk_credit(sub)
+            if grant:
+                sub.credit += grant
+                sub.router.engine.handle(ev.SubscriberCredit(self.now, sub.link, sub.credit))
+                self.settle(sub.router)
+        elif sub.credit < target:
             sub.credit = target
             sub.router.engine.handle(ev.SubscriberCredit(self.now, sub.link, target))
             self.settle(sub.router)
@@ -1302,7 +1349,9 @@ class World:
             if isinstance(action, Credit):
                 self.checker.on_credit(pub, action.amount)
                 pub.credit += action.amount
-                if pub.resend_queue:
+                if pub.sdk is not None:
+                    self.after(0.0, self.sdk_transmit, pub, pub.epoch)
+                elif pub.resend_queue:
                     self.after(0.0, self._send_resends, pub, pub.epoch)
             elif isinstance(action, Decide):
                 msg = pub.undecided.pop(action.tag, None)
@@ -1311,6 +1360,8 @@ class World:
                 self.log(f"{pub.label} told {str(action.outcome)[:160]} for #{msg.seq} "
                          f"{msg.id[:8]}")
                 pub.decided[action.tag] = msg
+                if pub.sdk is not None and not self.sdk_decided(pub, action):
+                    return
                 delay = rng.uniform(0.2, 1.0) if rng.random() < 0.1 else rng.uniform(0.001, 0.02)
                 self.after(delay, self._settle_delivery, pub, action.tag)
             else:
@@ -1329,6 +1380,9 @@ class World:
             sub.credit -= 1
             self.log(f"{sub.label} gets {msg.pub.key}#{msg.seq} {msg.id[:8]} attempt "
                      f"{action.attempt}{' settled' if action.settled else ''}")
+            if sub.sdk is not None:
+                self.sdk_delivery(sub, action, msg)
+                return
             if action.settled:
                 if sub.processed.get(msg.id) or action.tag in sub.unanswered:
                     # Processed already, or it still holds an earlier copy (which answers for
@@ -1350,7 +1404,8 @@ class World:
         elif isinstance(action, SettleCopy):
             self.checker.on_settle_copy(sub, action)
             del sub.router_unsettled[action.tag]
-            sub.unanswered.pop(action.tag, None)
+            if sub.sdk is None:  # the SDK's application still holds it, and answers it
+                sub.unanswered.pop(action.tag, None)
         else:
             raise Violation(f"{client.router.id} sent {action} on subscriber link {sub.label}")
 
