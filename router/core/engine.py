@@ -288,7 +288,7 @@ class Engine(FailoverMixin):
         label = ident.label(self.config.router_id)
         self._replace_publisher(ident, label)
         pub = Publisher(link, ident, address, mode, label)
-        pub.resends = set(resends or ())
+        pub.resends = dict.fromkeys(resends or ())
         self.publishers[link] = pub
         if resends is not None:
             self._settled_by_declaration(ident, pub.resends)
@@ -615,11 +615,15 @@ class Engine(FailoverMixin):
             )
             return
         declared, resend = ev.resend, False
+        later: list[bytes] | None = None
         if pub.resends and tag in pub.resends:
-            pub.resends.discard(tag)
+            declared_tags = list(pub.resends)
+            del pub.resends[tag]
             if self._resend_from_publisher(pub, tag, ttl_ms, settled):
                 return
             resend = True
+            # What it declared after this one comes later in its publish order (`_add_copies`).
+            later = declared_tags[declared_tags.index(tag) + 1:]
         elif declared and not settled:
             live = self._by_id.get(self._tag_for(pub, tag).decode())
             # Only a live record of its own, orphaned by a lost connection (the first case
@@ -668,7 +672,7 @@ class Engine(FailoverMixin):
             self._note_deadline(expires)
         if remote:
             self._forward(rec, remote, ttl_ms, resend)
-        self._add_copies(rec, matched, self.remembered_accepted(rec.id) if resend else ())
+        self._add_copies(rec, matched, self.remembered_accepted(rec.id) if resend else (), later)
         if settled and not matched:  # forwarded only, at most once: nothing to wait for
             self._maybe_forget(rec)
 
@@ -690,12 +694,15 @@ class Engine(FailoverMixin):
         return outgoing_tag(pub.ident.container, pub.ident.name, tag)
 
     def _add_copies(
-        self, rec: Record, matched: tuple[int, ...], done: tuple[str, ...] = ()
+        self, rec: Record, matched: tuple[int, ...], done: tuple[str, ...] = (),
+        later: list[bytes] | None = None,
     ) -> None:
         """Queue a copy for each matched local subscriber, in arrival order. `done`: keys
         that accepted this message before (a forgotten record remembers them): their copies
-        count as accepted and are not sent again."""
+        count as accepted and are not sent again. `later`: for a publisher's resend that is
+        new here, the tags it declared after this one (see `_queue_before`)."""
         by_sid = self._by_sid
+        later_ids: set[str] | None = None
         for sid in matched:
             sub = by_sid[sid]
             if done and sub.key in done:
@@ -705,11 +712,31 @@ class Engine(FailoverMixin):
                 self._add_copy(rec, sub)
             else:
                 add_copy(rec, sid, sub)
-            sub.queue.append(rec)
+            if later and sub.queue and rec.publisher is not None:
+                if later_ids is None:
+                    pub = rec.publisher
+                    later_ids = {self._tag_for(pub, t).decode() for t in later}
+                self._queue_before(sub, rec, later_ids)
+            else:
+                sub.queue.append(rec)
         for sid in matched:
             self._pump(by_sid[sid])
         if rec.accepted:  # a resumed subscriber had declared it accepted already
             self._decide(rec)
+
+    def _queue_before(self, sub: Subscriber, rec: Record, later: set[str]) -> None:
+        """Queue `rec`, a publisher's resend new here, ahead of the first copy waiting for
+        `sub` (not sent yet) of a message the publisher declared after it (`later`, delivery
+        ids): that one came from the message's old origin before the publisher resumed here,
+        and its resend, which adopts it where it waits, comes after this one."""
+        queue = sub.queue
+        for i, queued in enumerate(queue):
+            if queued.id in later:
+                copy = queued.copies.get(sub.sid)
+                if copy is not None and not copy.attempts:
+                    queue.insert(i, rec)
+                    return
+        queue.append(rec)
 
     def _add_copy(self, rec: Record, sub: Subscriber) -> None:
         """A copy for `sub`; one it declared accepted on resume counts as accepted at once."""

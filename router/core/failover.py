@@ -432,7 +432,7 @@ class FailoverMixin:
         self._withdraw(rec)
         self._publisher_done(rec)
 
-    def _settled_by_declaration(self: Engine, ident: Any, resends: set[bytes]) -> None:
+    def _settled_by_declaration(self: Engine, ident: Any, resends: dict[bytes, None]) -> None:
         """A publisher attached here declaring `resends`: every message it holds without a
         final outcome (docs/resume-protocol.md). Its orphans here that it did not declare, it
         has settled (it has their outcome, or settled early): they are given up now, not at
@@ -453,14 +453,16 @@ class FailoverMixin:
         and resends come in publish order, after whatever this router already had. Not
         `renumber`: a record its publisher published here keeps its number, which is its
         place in publish order among that publisher's records here (a later one it settled
-        is not resent, and must stay after it)."""
+        is not resent, and must stay after it). So does one published here that another
+        origin's resend took since (`pub_ident` stays, its tag went): numbered anew, it went
+        after the publisher's later ones that stayed here, and a move resent it after them."""
         if rec.origin is not None:
             self._mesh_records.pop((rec.origin, rec.id), None)
         if self._released:
             self._drop_released(rec.id)
         adopt_as_origin(rec)
         self.stats.adopted += 1
-        if not renumber:
+        if not renumber or rec.pub_ident is not None:
             return
         del self.records[rec.seq]
         rec.seq = self._next_seq()

@@ -128,8 +128,9 @@ class Publisher:
         # Records whose publisher has not settled yet, by the publisher's tag.
         self.records: dict[bytes, Record] = {}
         # Tags it declared on attach as unsettled (resume): those deliveries are resends of
-        # messages the mesh may already have, not new messages that reuse a tag.
-        self.resends: set[bytes] = set()
+        # messages the mesh may already have, not new messages that reuse a tag. In the order
+        # declared, which is its publish order.
+        self.resends: dict[bytes, None] = {}
 
 
 class Copy:

@@ -419,6 +419,12 @@ class Checker:
                 # not replace (the new origin answered it from a record of its own, say).
                 src = self.world.routers.get(live.origin)
                 came_from = (live.origin, src.inc if src is not None else 0)
+            elif (live is not None and live.origin is None and live.pub_ident is not None
+                    and came_from[0] != sub.router.id):
+                # Likewise from a record its own router has of the publisher's time there (an
+                # orphan the latest send, from elsewhere, has not taken over yet): that
+                # router's traffic from before the publisher moved.
+                came_from = (sub.router.id, sub.router.inc)
             last, last_from = sub.last_seq.get(msg.pub.key, (0, came_from))
             if msg.seq <= last:
                 before = self.by_seq.get((msg.pub.key, last))
