@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from itertools import pairwise
 from typing import TYPE_CHECKING, Any
 
 from router.core.actions import Accepted, Decide, Forward, Rejected, Send, SettleCopy, Verdict
@@ -89,6 +90,8 @@ class Msg:
     forwarded: bool = False
     sent_at: float = 0.0  # its latest send (a resend restarts its ttl at a new origin)
     sent_from: tuple[str, int] = ("", 0)  # the router (and incarnation) of its latest send
+    # (router, incarnation) -> its publisher's stint (see `stint`) at its latest send there
+    stints: dict[tuple[str, int], int] = field(default_factory=dict)
     resends: int = 0
     # Who must have processed it for an `accepted` outcome (mode all): who was owed it when
     # it was first published; after a resend the mesh had to rebuild that (see on_resend),
@@ -142,6 +145,8 @@ class Checker:
         self.msgs: dict[str, Msg] = {}
         self.by_seq: dict[tuple[str, int], Msg] = {}  # (publisher key, seq) -> its message
         self.subs_by_key: dict[str, SubClient] = {}
+        # (subscriber key, publisher key) -> the stint its last first delivery was sent in
+        self.last_stint: dict[tuple[str, str], int] = {}
         self.stats = Stats()
 
     # ------------------------------------------------------------------ helpers
@@ -178,6 +183,12 @@ class Checker:
                 if down <= world.now and up >= since:
                     return True
         return False
+
+    @staticmethod
+    def stint(pub: PubClient) -> int:
+        """How many times the publisher attached at another router than its previous one: a
+        move and a move back make its latest router its new one again."""
+        return sum(1 for a, b in pairwise(pub.history) if a != b)
 
     def _network_clean(self) -> bool:
         """No loss, partition or reordering: news (gossip) travels in milliseconds."""
@@ -235,6 +246,7 @@ class Checker:
                   required=dict(owed), original=frozenset(owed))
         msg.eras[(pub.router.id, pub.router.inc)] = msg.required
         msg.sent_from = (pub.router.id, pub.router.inc)
+        msg.stints[msg.sent_from] = self.stint(pub)
         msg.order_at = self.world.now
         self.msgs[msg_id] = msg
         self.by_seq[(pub.key, msg.seq)] = msg
@@ -260,6 +272,7 @@ class Checker:
         msg.resends += 1
         msg.sent_at = now
         msg.sent_from = (pub.router.id, pub.router.inc)
+        msg.stints[msg.sent_from] = self.stint(pub)
         self.stats.resent += 1
         r = pub.router
         rec = r.engine.find(msg.id)
@@ -277,9 +290,15 @@ class Checker:
                       f"{gone_for:.3f} s after losing its link (reconnect-timeout "
                       f"{p.reconnect_timeout:g} s), but {r.id} kept neither its record nor "
                       f"its outcome{f': {describe_record(rec)}' if rec is not None else ''}")
+        # `r` was its origin before and keeps neither its record nor its outcome: it gave
+        # the message up, and a destination's record that answers `r` only waits for the
+        # forget on its way.
+        given_up = era is not None and rec is None and not stone
         if (not stone and gone_for >= p.reconnect_timeout
                 and not any(not r2.dead and (rec2 := r2.engine.find(msg.id)) is not None
-                            and not rec2.pub_settled for r2 in world.routers.values())):
+                            and not rec2.pub_settled
+                            and not (given_up and rec2.origin == r.id)
+                            for r2 in world.routers.values())):
             # Its publisher stayed away longer than reconnect-timeout, and every router gave
             # it up (no record waits for this resend, no outcome is kept): the resend is a
             # new publication, placed after whatever its publisher had published before,
@@ -426,18 +445,22 @@ class Checker:
                 # router's traffic from before the publisher moved.
                 came_from = (sub.router.id, sub.router.inc)
             last, last_from = sub.last_seq.get(msg.pub.key, (0, came_from))
+            stint = msg.stints.get(came_from, 0)
             if msg.seq <= last:
                 before = self.by_seq.get((msg.pub.key, last))
                 if before is not None and before.order_at < msg.order_at:
                     pass  # `msg` was given up and published again (on_resend) after it
-                elif came_from == last_from:
+                elif came_from == last_from and stint == self.last_stint.get(
+                        (sub.key, msg.pub.key), stint):
                     self.fail(f"{sub.label} got first deliveries out of publish order: "
                               f"{msg.pub.key} seq {msg.seq} after seq {last}")
-                # The two were last sent from different routers (their publisher moved in
-                # between): nothing orders the old origin's traffic against the new one's.
+                # The two were last sent from different routers, or from one router before
+                # and after their publisher moved to another and back: nothing orders the
+                # old origin's traffic against the new one's.
                 self.stats.order_exempt += 1
             else:
                 sub.last_seq[msg.pub.key] = (msg.seq, came_from)
+                self.last_stint[(sub.key, msg.pub.key)] = stint
         else:
             self.stats.redeliveries += 1
         return msg
