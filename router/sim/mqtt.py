@@ -378,8 +378,8 @@ class MqttSide:
         self.world = world
         self.topics = topics  # the world's topics and filters, to draw from
         self.filters = filters
-        # AMQP publishers send real AMQP messages (a Data section) when MQTT subscribers may
-        # get them (the edge decodes what it delivers); otherwise raw bytes, as always.
+        # AMQP publishers send real AMQP messages when MQTT subscribers may get them (the edge
+        # decodes what it delivers; `amqp_body`); otherwise raw bytes, as always.
         self.on = world.p.mqtt > 0
         self.devices: list[Device] = []
         self.by_conn: dict[int, Device] = {}  # id(MqttConnection) -> its device
@@ -537,7 +537,8 @@ class MqttSide:
         for client in dev.clients:
             if client.detached:
                 continue
-            client.lost_links.add(client.link or 0)
+            if client.link is not None:
+                client.lost_links.add(client.link)
             client.lost_at = self.world.now
             client.epoch += 1
             if not client.gone:
@@ -1043,5 +1044,5 @@ class MqttSide:
 
     def quiet(self) -> bool:
         """No bytes in flight between a live device and its router."""
-        return not any(dev.pipe.open and dev.pipe.in_flight() for dev in self.devices
-                       if not dev.router.dead)
+        return not any((dev.pipe.open and dev.pipe.in_flight()) or dev.stalled
+                       for dev in self.devices if not dev.router.dead)

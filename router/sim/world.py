@@ -38,6 +38,22 @@ attach and detach at random times. After `duration` the faults stop, the network
 clients become well-behaved, and time runs on until everything is finished (or `drain` runs
 out); then `Checker.final` checks that nothing is left over.
 
+MQTT devices (`mqtt`, a share of the clients attached at random; router/sim/mqtt.py) are MQTT 5
+clients speaking real packets (mqtt_edge's codec) over an in-order byte pipe to the real MQTT
+session, `mqtt_edge.session.MqttConnection`, at their router: each router has a `SimRuntime`
+(the `RuntimePort` the edge runs against: this clock, the real engine, link registration and
+flushing through its node loop, its mesh node, `call_later` as an event) and an `MqttState`,
+both lost when it crashes. A publisher device publishes QoS 1 within the server's Receive
+Maximum and checks each PUBACK against the outcome; a subscriber device subscribes at QoS 1
+(one filter or two), checks each PUBLISH and answers PUBACK, some 0x80. The checker sees them
+as AMQP clients: engine actions are tapped where the session registers its links (before it
+turns them into packets), and a publisher's message is announced when the session has passed
+it to the engine. Devices die with their router, are dropped (the router notices after up to
+`notice`, and the server's `closed()` runs), and leave by DISCONNECT or UNSUBSCRIBE; they do
+not come back yet. With devices around, AMQP publishers send AMQP messages (with `to`, or a
+share `bare` without) instead of raw bytes. With `mqtt` 0 nothing of this draws a random
+number: a run is what it was before.
+
 Everything random comes from `random.Random(seed)`, and events at the same instant run in the
 order they were scheduled, so a spec replays exactly (`replay_command`), against the same code
 (`code_version`), in any process: nothing the routers or the simulator do depends on the
