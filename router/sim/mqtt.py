@@ -191,6 +191,8 @@ class TapConn:
         closing = self.conn.closing
         self.conn.apply(link_state, action)
         self.side.note_sends(self.router, start)
+        if self.dev is not None:
+            self.dev.note_out()
         if self.dev is not None and type(action) is Credit:
             # PUBLISHes held for credit may have gone on now; if a DISCONNECT held behind
             # them closed the connection, all of them did (it is the device's last packet).
@@ -352,11 +354,23 @@ class Device:
         self.sent = 0  # publisher: PUBLISHes written
         self.held: dict[int, Expected] = {}  # subscriber: QoS 1 pid -> its copy, until PUBACK
         self.expected: dict[str, list[Expected]] = {}  # msg id -> copies sent, not arrived
+        # What the session wrote each QoS 1 packet id for, (filter, tag), as it noted it
+        # (`session.out`): which subscription a PUBLISH belongs to (as if the device had
+        # asked for subscription identifiers). A copy the engine sent may wait in the
+        # session's backlog, and be dropped there when its subscription ends.
+        self.out_map: dict[int, tuple[str, bytes]] = {}
         self.acks: dict[int, tuple[int, str]] = {}  # SUBSCRIBE/UNSUBSCRIBE pid -> (n, what)
 
     @property
     def clients(self) -> list[MqttClient]:
         return [self.pub] if self.pub is not None else list(self.subs.values())
+
+    def note_out(self) -> None:
+        """After the session ran: the packet ids it wrote PUBLISHes with."""
+        session = self.conn.session
+        if session is not None:
+            for pid, (topic_filter, tag, _qos) in session.out.items():
+                self.out_map[pid] = (topic_filter, tag)
 
     def registered(self, link_id: int, link_state: Any) -> None:
         """The session registered an engine link: which client of ours it is."""
@@ -645,6 +659,7 @@ class MqttSide:
                 dev.pending.append(what[1])
         conn = dev.conn
         conn.receive(data, self.world.now)
+        dev.note_out()
         for what in done:
             if what[0] == "puback":
                 what[1].router_unsettled.pop(what[2], None)  # the session settled it
@@ -787,7 +802,15 @@ class MqttSide:
             raise Violation(f"{who}: a PUBLISH nobody published: {p}") from None
         waiting = dev.expected.get(msg.id, [])
         settled = p.qos == 0
-        e = next((e for e in waiting if e.settled == settled), None)
+        if settled:  # written as the engine sent it (never kept in the session's backlog)
+            e = next((e for e in waiting if e.settled), None)
+        else:
+            topic_filter, tag = dev.out_map.get(p.packet_id or 0, ("", b""))
+            if tag != msg.id.encode():
+                raise Violation(f"{who}: PUBLISH of {msg.id} with packet id {p.packet_id}, "
+                                f"which the session wrote for {tag!r}")
+            e = next((e for e in waiting if not e.settled and e.sub.filter == topic_filter),
+                     None)
         if e is None:
             raise Violation(f"{who}: PUBLISH of {msg.id} (QoS {p.qos}) that the engine never "
                             "sent it")
