@@ -33,7 +33,8 @@ class RemoteSub:
     generation (the newest attach of a key wins when two routers claim it, say after a move
     that gossip has not finished telling); `timeout` how long a warm subscriber stays
     subscribed while away (0: not warm); `qos` an MQTT subscription's granted QoS, which a
-    router taking the device's session over needs (0 for AMQP subscribers)."""
+    router taking the device's session over needs (0 for AMQP subscribers); `since` the
+    generation its subscription started afresh at (0: not known, from an older router)."""
 
     router: str
     key: str
@@ -43,6 +44,7 @@ class RemoteSub:
     gen: int = 0
     timeout: float = 0.0
     qos: int = 0
+    since: int = 0
 
 
 @dataclass(frozen=True)
@@ -63,7 +65,7 @@ Event = SubChange | RouterRestarted
 
 
 def _sub_fields(sub: RemoteSub) -> list[Any]:
-    return [sub.filter, sub.container, sub.link, sub.gen, sub.timeout, sub.qos]
+    return [sub.filter, sub.container, sub.link, sub.gen, sub.timeout, sub.qos, sub.since]
 
 
 def _check_subs(frame: dict[str, Any]) -> None:
@@ -80,13 +82,15 @@ def _check_subs(frame: dict[str, Any]) -> None:
     if not isinstance(add, dict) or not isinstance(remove, list | tuple):
         raise ValueError(f"SUBS from {origin!r}: add must be a map and remove a list")
     for key, fields in add.items():
-        # Five fields from a router before the QoS was gossiped (its QoS counts as 0).
+        # Five fields from a router before the QoS was gossiped (its QoS counts as 0), six
+        # from one before `since` was (not known: 0).
         if not (isinstance(key, str) and isinstance(fields, list | tuple)
-                and len(fields) in (5, 6) and all(isinstance(f, str) for f in fields[:3])
+                and len(fields) in (5, 6, 7) and all(isinstance(f, str) for f in fields[:3])
                 and isinstance(fields[3], int) and not isinstance(fields[3], bool)
                 and isinstance(fields[4], int | float) and not isinstance(fields[4], bool)
                 and fields[3] >= 0 and fields[4] >= 0
-                and (len(fields) == 5 or (type(fields[5]) is int and 0 <= fields[5] <= 2))):
+                and (len(fields) == 5 or (type(fields[5]) is int and 0 <= fields[5] <= 2))
+                and (len(fields) < 7 or (type(fields[6]) is int and fields[6] >= 0))):
             raise ValueError(f"SUBS from {origin!r}: bad entry {key!r}: {fields!r}")
     if not all(isinstance(key, str) for key in remove):
         raise ValueError(f"SUBS from {origin!r}: remove holds a non-string key")
@@ -107,10 +111,10 @@ class Gossip:
 
     def local_attach(
         self, key: str, topic_filter: str, container: str, link: str, gen: int = 0,
-        timeout: float = 0.0, qos: int = 0,
+        timeout: float = 0.0, qos: int = 0, since: int = 0,
     ) -> dict[str, Any]:
         """Add (or replace) a local subscriber; returns the SUBS delta frame to flood."""
-        sub = RemoteSub(self.me, key, topic_filter, container, link, gen, timeout, qos)
+        sub = RemoteSub(self.me, key, topic_filter, container, link, gen, timeout, qos, since)
         self._tables[self.me][key] = sub
         return self._bump_own(add={key: _sub_fields(sub)}, remove=[])
 

@@ -167,7 +167,8 @@ class MeshNode:
             elif change.kind == "added":
                 sub = change.sub
                 engine.handle(ev.RemoteSubscriberAdded(self._now, sub.router, sub.key,
-                                                       sub.filter, sub.gen, sub.timeout, sub.qos))
+                                                       sub.filter, sub.gen, sub.timeout, sub.qos,
+                                                       sub.since))
                 log.debug("router %s: knows subscriber %s@%s (filter %s)", self.me,
                           change.sub.key, change.sub.router, change.sub.filter)
             else:
@@ -309,7 +310,8 @@ class MeshNode:
             else:
                 container, _, link = action.key.partition("/")
                 frame = self.gossip.local_attach(action.key, action.topic_filter, container,
-                                                 link, action.gen, action.timeout, action.qos)
+                                                 link, action.gen, action.timeout, action.qos,
+                                                 action.since)
             if frame is not None:
                 self._flood(frame)
 

@@ -86,9 +86,9 @@ class EngineDriver:
 
     def remote_subscriber_added(self, router: str, key: str, topic_filter: str, gen: int = 0,
                                 timeout: float = 0.0, *, now: float | None = None,
-                                qos: int = 0) -> None:
+                                qos: int = 0, since: int = 0) -> None:
         self.engine.handle(ev.RemoteSubscriberAdded(self._t(now), router, key, topic_filter,
-                                                    gen, timeout, qos))
+                                                    gen, timeout, qos, since))
 
     def remote_subscriber_removed(self, router: str, key: str, *,
                                   now: float | None = None) -> None:

@@ -77,7 +77,7 @@ class Wire:
                     e.remote_subscriber_removed(src, action.key)
                 else:
                     e.remote_subscriber_added(src, action.key, action.topic_filter,
-                                              action.gen, action.timeout)
+                                              action.gen, action.timeout, since=action.since)
         else:
             self.client[src].append(action)
 
@@ -385,3 +385,46 @@ def test_a_record_a_stale_resend_took_over_still_answers_the_origin_it_had() -> 
     assert sorted(v.origin for v in verdicts) == ["B", "D"]
     assert all(v.accepted and v.keys == owed for v in verdicts)
     assert not w["C"].records, "forgotten once answered: its current origin already forgot it"
+
+
+def test_an_attach_that_subscribes_afresh_is_not_sent_what_an_ended_subscription_was_owed(
+) -> None:
+    """Failover seed 55720: the warm subscriber at C stayed away past its timeout, so C failed
+    2 for it, but that verdict was held up on its way to A. It subscribed afresh at C and got
+    3, then moved to B. 2 was owed to the subscription that ended: A fails it when it hears
+    of the fresh one, and resends B only 3 (2 would have come after 3)."""
+    w = Wire("A", "B", "C")
+    carry = w._carry
+    held: list[Verdict] = []
+
+    def hold_verdicts_of_c(src: str, action: object, now: float) -> None:
+        if src == "C" and isinstance(action, Verdict) and action.msg_id != tag_of(b"1").decode():
+            held.append(action)
+        else:
+            carry(src, action, now)
+
+    w._carry = hold_verdicts_of_c  # type: ignore[method-assign]
+    subscribe(w, "C", 1, gen=1, warm=0.5)
+    w["A"].attach_publisher(9, PUB, "orders/eu", "all")
+    publish(w, "A", 9, [b"1"])
+    accept(w, "C", 1, w.take("C", Send))
+    assert outcomes(w, "A") == {b"1": ACCEPTED}
+    w["C"].detach_subscriber(1, final=False, now=1.0)
+    publish(w, "A", 9, [b"2"], now=1.1)  # owed to it while it is away
+    w["C"].tick(1.5)  # its timeout runs out: 2 fails at C
+    w.pump(1.5)
+    assert held and outcomes(w, "A") == {}
+    subscribe(w, "C", 2, gen=2, warm=0.5, now=2.0)  # afresh: the old one ended
+    (outcome,) = outcomes(w, "A").values()  # 2 failed, named, without C's verdict
+    assert isinstance(outcome, Rejected)
+    assert outcome.info["failed"] == ["billing/sub/billing@C"]
+    publish(w, "A", 9, [b"3"], now=2.1)
+    assert [s.tag for s in w.take("C", Send)] == [tag_of(b"3")]
+    w["B"].attach_subscriber(3, SUB, "orders/#", warm_timeout=0.5, gen=3, now=3.0)
+    for action in w["B"].take_actions():
+        if isinstance(action, Subscribed):
+            assert action.since == 2  # it goes on with the subscription it had at C
+            w["A"].remote_subscriber_added("B", action.key, action.topic_filter, action.gen,
+                                           action.timeout, since=action.since, now=3.0)
+    resends = [a for a in w["A"].take_actions() if isinstance(a, Forward)]
+    assert [(f.msg_id, f.owed) for f in resends] == [(tag_of(b"3").decode(), {"B": [SUB.key]})]

@@ -196,7 +196,7 @@ def test_attach_and_detach_flood_deltas_that_apply_in_order() -> None:
     b, a = Gossip("B", 7), Gossip("A", 1)
     d1 = attach(b, 1)
     assert d1 == {"t": "SUBS", "origin": "B", "inc": 7, "ver": 1, "full": False,
-                  "add": {"c1/l1": ["a/#", "c1", "l1", 0, 0.0, 0]}, "remove": []}
+                  "add": {"c1/l1": ["a/#", "c1", "l1", 0, 0.0, 0, 0]}, "remove": []}
     d2 = attach(b, 2, "x/+", 1)
     d3 = b.local_detach("c1/l1")
     assert b.local_detach("nope/nope") is None
@@ -313,9 +313,23 @@ def test_table_returns_a_copy() -> None:
 def test_malformed_subs_raises() -> None:
     good = attach(Gossip("B", 1), 1)
     for bad in ({**good, "add": {"k": ["f", "c", "l"]}}, {**good, "full": 1},
-                {**good, "remove": [1]}, {**good, "ver": -1}, {**good, "t": "LSA"}):
+                {**good, "remove": [1]}, {**good, "ver": -1}, {**good, "t": "LSA"},
+                {**good, "add": {"k": ["f", "c", "l", 1, 0.0, 0, -1]}},
+                {**good, "add": {"k": ["f", "c", "l", 1, 0.0, 0, 1.5]}},
+                {**good, "add": {"k": ["f", "c", "l", 1, 0.0, 0, 1, 1]}}):
         with pytest.raises(ValueError):
             Gossip("A", 1).on_subs(bad)
+
+
+def test_entries_from_older_routers_read_qos_and_since_as_zero() -> None:
+    """Five fields predate the QoS, six the generation a subscription started afresh at."""
+    frame = {"t": "SUBS", "origin": "B", "inc": 1, "ver": 1, "full": False, "remove": [],
+             "add": {"c/5": ["a/#", "c", "5", 3, 0.0], "c/6": ["a/#", "c", "6", 3, 0.0, 1],
+                     "c/7": ["a/#", "c", "7", 3, 0.0, 1, 2]}}
+    a = Gossip("A", 1)
+    a.on_subs(frame)
+    got = {k: (s.qos, s.since) for k, s in a.table("B").items()}
+    assert got == {"c/5": (0, 0), "c/6": (1, 0), "c/7": (1, 2)}
 
 
 # -- anti-entropy --------------------------------------------------------------------------------

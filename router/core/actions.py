@@ -210,14 +210,17 @@ class Forget:
 class Subscribed:
     """A local subscriber attached (`topic_filter` set) or left (None): gossip it, with its
     attach generation (the newest attach of a key wins mesh-wide) and, for a warm subscriber,
-    how long it stays subscribed while away (0 for others), and an MQTT subscription's
-    granted QoS (0 for others), which a router taking the device's session over needs."""
+    how long it stays subscribed while away (0 for others), an MQTT subscription's
+    granted QoS (0 for others), which a router taking the device's session over needs, and
+    the generation its subscription started afresh at (`since`: an origin does not follow it
+    with what an earlier, ended subscription of the key was owed)."""
 
     key: str
     topic_filter: str | None
     gen: int = 0
     timeout: float = 0.0
     qos: int = 0
+    since: int = 0
 
 
 MeshAction = Forward | Verdict | Forget | Subscribed

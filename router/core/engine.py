@@ -203,7 +203,7 @@ class Engine(FailoverMixin):
                                  event.settled)
         elif isinstance(event, RemoteSubscriberAdded):
             self._remote_subscriber_added(event.router, event.key, event.topic_filter,
-                                          event.gen, event.timeout, event.qos)
+                                          event.gen, event.timeout, event.qos, event.since)
         elif isinstance(event, RemoteSubscriberRemoved):
             self._remote_subscriber_removed(event.router, event.key)
         elif isinstance(event, PeerLost):
@@ -340,11 +340,13 @@ class Engine(FailoverMixin):
             sub = Subscriber(link, ident, topic_filter, label, presettled)
             sub.warm_timeout = warm_timeout
             sub.gen = gen
+            sub.since = self._continued_since(ident.key, topic_filter, gen)
             self.subscribers[link] = sub
             self._by_sid[sub.sid] = sub
             self._by_key[sub.key] = sub
             self._index.add(sub.sid, topic_filter)
-        self._actions.append(Subscribed(sub.key, topic_filter, gen, warm_timeout or 0.0, ev.qos))
+        self._actions.append(Subscribed(sub.key, topic_filter, gen, warm_timeout or 0.0, ev.qos,
+                                        sub.since))
         answer = self._resume(sub, ev.declared or {})
         self._claim(sub)
         return answer
@@ -370,6 +372,7 @@ class Engine(FailoverMixin):
             self._actions.append(Subscribed(sub.key, None))
             if self._where.get(sub.key, (0, ""))[1] == self.config.router_id:
                 del self._where[sub.key]
+            self._note_ended(sub)
         touched = list(sub.inflight.values()) + list(sub.queue)
         sub.inflight.clear()
         sub.queue.clear()
@@ -758,9 +761,10 @@ class Engine(FailoverMixin):
                 if (at := where.get(key)) is not None and at[1] == router:
                     gens[key] = at[0]
                 if not presettled:  # at most once: no verdict comes back, nothing to wait for
-                    add_part(rec, key, router)
+                    add_part(rec, key, router, gen=gens.get(key, 0))
             else:  # away: named after the router it was lost with
-                add_part(rec, key, None, self._away[key].router)
+                away = self._away[key]
+                add_part(rec, key, None, away.router, away.gen)
         if not presettled:
             rec.told.update(owed)
             self._mesh_records[(self.config.router_id, rec.id)] = rec

@@ -233,12 +233,14 @@ class RemoteForget(Event):
 
 
 class RemoteSubscriberAdded(Event):
-    """Gossip: subscriber `key` with `topic_filter` is attached at `router`."""
+    """Gossip: subscriber `key` with `topic_filter` is attached at `router`, at attach
+    generation `gen`, its subscription started afresh at generation `since` (0: not known,
+    from an older router)."""
 
-    __slots__ = ("gen", "key", "qos", "router", "timeout", "topic_filter")
+    __slots__ = ("gen", "key", "qos", "router", "since", "timeout", "topic_filter")
 
     def __init__(self, now: float, router: str, key: str, topic_filter: str, gen: int = 0,
-                 timeout: float = 0.0, qos: int = 0) -> None:
+                 timeout: float = 0.0, qos: int = 0, since: int = 0) -> None:
         self.now = now
         self.router = router
         self.key = key
@@ -246,6 +248,7 @@ class RemoteSubscriberAdded(Event):
         self.gen = gen
         self.timeout = timeout
         self.qos = qos
+        self.since = since
 
 
 class RemoteSubscriberRemoved(Event):

@@ -62,6 +62,7 @@ class Away:
     router: str  # the router that was lost
     gen: int
     qos: int  # an MQTT subscription's granted QoS (0 for others)
+    since: int  # the generation its subscription started afresh at (0: not known)
 
 
 class FailoverMixin:
@@ -71,8 +72,9 @@ class FailoverMixin:
         # Where each subscriber key lives mesh-wide: (attach generation, router); this
         # router's own id for local subscribers. Only the winner is in the match indexes.
         self._where: dict[str, tuple[int, str]] = {}
-        # key -> (filter, warm timeout, MQTT QoS) of remote subscribers, as gossip told us
-        self._remote_meta: dict[str, tuple[str, float, int]] = {}
+        # key -> (filter, warm timeout, MQTT QoS, generation its subscription started afresh
+        # at) of remote subscribers, as gossip told us
+        self._remote_meta: dict[str, tuple[str, float, int, int]] = {}
         self._away: dict[str, Away] = {}
         self._away_expiry: list[tuple[float, str]] = []
         self._orphans: list[tuple[float, int]] = []  # (deadline, record seq)
@@ -98,6 +100,10 @@ class FailoverMixin:
         # `_remote_subscriber_removed`), and the deadlines as a heap.
         self._left: dict[str, tuple[float, str, float]] = {}
         self._left_expiry: list[tuple[float, str]] = []
+        # Subscriber keys whose subscription ended here (closed, or away too long) with no
+        # newer attach of them heard of since, with its attach generation, the last
+        # `tombstones` of them: an attach of one here starts afresh (`_continued_since`).
+        self._ended: OrderedDict[str, int] = OrderedDict()
 
     # ------------------------------------------------------------------ where subscribers are
 
@@ -109,6 +115,8 @@ class FailoverMixin:
             gens.append(self._where[key][0])
         if key in self._away:
             gens.append(self._away[key].gen)
+        if key in self._ended:
+            gens.append(self._ended[key])
         local = self._by_key.get(key) or self._warm.get(key)
         if local is not None:
             gens.append(local.gen)
@@ -130,19 +138,46 @@ class FailoverMixin:
                 found.append((key, away.filter, away.qos))
         return found
 
+    def _continued_since(self: Engine, key: str, topic_filter: str, gen: int) -> int:
+        """A new subscriber object for `key` attaches here at generation `gen`: the generation
+        its subscription started afresh at, 0 if not known. It goes on with a subscription
+        this router knows to live at another router, or to be away from a lost one, with the
+        same filter (it moved). Else, if its last subscription ended here, it starts afresh
+        now. Else this router cannot tell (it restarted, or never heard of an attach
+        elsewhere that the subscriber moves on from): not known, and it is followed."""
+        cur = self._where.get(key)
+        meta = self._remote_meta.get(key)
+        if (cur is not None and cur[1] != self.config.router_id and meta is not None
+                and meta[0] == topic_filter):
+            return meta[3]  # (0 from an older router: not known, nor then ours)
+        away = self._away.get(key)
+        if away is not None and away.filter == topic_filter:
+            return away.since
+        return gen if key in self._ended else 0
+
+    def _note_ended(self: Engine, sub: Subscriber) -> None:
+        """`sub`'s subscription ended here: the next attach of its key here starts afresh."""
+        ended = self._ended
+        ended[sub.key] = sub.gen
+        ended.move_to_end(sub.key)
+        if len(ended) > self.config.tombstones:
+            ended.popitem(last=False)
+
     def _remote_subscriber_added(
         self: Engine, router: str, key: str, topic_filter: str, gen: int, timeout: float,
-        qos: int,
+        qos: int, since: int = 0,
     ) -> None:
-        """Gossip: subscriber `key` with `topic_filter` is attached at `router`."""
+        """Gossip: subscriber `key` with `topic_filter` is attached at `router`, its
+        subscription started afresh at generation `since` (0: not known)."""
         cur = self._where.get(key)
         away = self._away.get(key)
         if cur is not None and away is None and (gen, router) < cur:
             return  # an older attach than the one we know of: stale news
+        self._ended.pop(key, None)  # a newer attach: whether that one ends here is not known
         if cur is not None and cur[1] == self.config.router_id:
             local = self._by_key.get(key) or self._warm.get(key)
             if local is not None:
-                self._moved_away(local, router)
+                self._moved_away(local, router, gen)
         elif cur is not None and cur[1] != router:
             self._remote.remove((cur[1], key))
         if away is not None:
@@ -150,8 +185,9 @@ class FailoverMixin:
             if away.filter != topic_filter:
                 self._fail_key(key, None, "came back with another filter")
         self._where[key] = (gen, router)
-        self._remote_meta[key] = (topic_filter, timeout, qos)
+        self._remote_meta[key] = (topic_filter, timeout, qos, since)
         self._remote.add((router, key), topic_filter)
+        self._end_earlier(key, since)
         # Resend what it is owed elsewhere, moved or not as far as we can tell: the news that
         # it left its old router may have come first (a subscriber that is not warm), and its
         # old router, when our message gets there, leaves it to us ("it lives elsewhere").
@@ -189,6 +225,8 @@ class FailoverMixin:
         if away is not None:
             self._end_away(key, away)
         self._where[key] = (sub.gen, self.config.router_id)
+        self._ended.pop(key, None)
+        self._end_earlier(key, sub.since)
         self._held.pop(key, None)  # they become copies here, with the rest
         owed = sorted((rec for rec in self.records.values()
                        if (p := rec.peers.get(key)) is not None
@@ -204,10 +242,10 @@ class FailoverMixin:
             self._decide(rec)
             self._maybe_forget(rec)
 
-    def _moved_away(self: Engine, sub: Subscriber, router: str) -> None:
-        """A newer attach of `sub`'s key at `router` wins: this one ends without failing
-        anything. Copies of this router's own messages it had not accepted follow it there;
-        other origins resend theirs on their own, from the same gossip."""
+    def _moved_away(self: Engine, sub: Subscriber, router: str, gen: int) -> None:
+        """A newer attach of `sub`'s key at `router` (generation `gen`) wins: this one ends
+        without failing anything. Copies of this router's own messages it had not accepted
+        follow it there; other origins resend theirs on their own, from the same gossip."""
         if sub.link is not None:
             self.subscribers.pop(sub.link, None)
             self._actions.append(CloseLink(
@@ -234,13 +272,13 @@ class FailoverMixin:
             if rec.origin is None and not rec.presettled:
                 if rec.orphan_until is None and (
                         rec.pub_ident is None or rec.pub_ident not in waiting):
-                    self._owe_remote(rec, sub.key, router)
+                    self._owe_remote(rec, sub.key, router, gen)
                 elif rec.orphan_until is None:  # behind its publisher's orphan: it waits
-                    add_part(rec, sub.key, router)
+                    add_part(rec, sub.key, router, gen=gen)
                     self._mesh_records[(self.config.router_id, rec.id)] = rec
                     self._held.setdefault(sub.key, []).append(rec)
                 else:  # owed there, sent if its publisher resumes here (_resend_parts)
-                    add_part(rec, sub.key, router)
+                    add_part(rec, sub.key, router, gen=gen)
                     self._mesh_records[(self.config.router_id, rec.id)] = rec
                     waiting.add(rec.pub_ident)
             self._decide(rec)
@@ -283,6 +321,8 @@ class FailoverMixin:
         # owed at `router` now, and sent once the orphan is resolved (`_release_held`).
         # Only its own publisher's: order is per publisher. An orphan owed at `router`
         # already still counts: what its publisher published after it waits behind it.
+        at = self._where.get(key)
+        gen = at[0] if at is not None and at[1] == router else 0
         held = self._held.pop(key, [])
         owed = sorted(dict.fromkeys(
             [rec for rec in held if rec.seq in self.records] + [
@@ -300,9 +340,11 @@ class FailoverMixin:
                 # Not held itself: `_resend_parts` sends it. But it is owed there now, so that
                 # if it leaves there too, its part waits for it as the others do (`_left`).
                 part.router = part.last = router
+                part.gen = gen
                 waiting.add(rec.pub_ident)
                 continue
             part.router = part.last = router
+            part.gen = gen
             if rec.pub_ident is not None and rec.pub_ident in waiting:
                 self._held.setdefault(key, []).append(rec)
             else:
@@ -334,9 +376,10 @@ class FailoverMixin:
                         self._decide(rec)
                         self._maybe_forget(rec)
 
-    def _owe_remote(self: Engine, rec: Record, key: str, router: str) -> None:
-        """Add a part for `key` at `router` to our record and send it there."""
-        add_part(rec, key, router)
+    def _owe_remote(self: Engine, rec: Record, key: str, router: str, gen: int) -> None:
+        """Add a part for `key` at `router` (generation `gen`) to our record and send it
+        there."""
+        add_part(rec, key, router, gen=gen)
         self._mesh_records[(self.config.router_id, rec.id)] = rec
         self._send_part(rec, key, router)
 
@@ -386,10 +429,10 @@ class FailoverMixin:
 
     def _go_away(self: Engine, key: str, gen: int, router: str) -> None:
         del self._where[key]
-        topic_filter, timeout, qos = self._remote_meta.pop(key)
+        topic_filter, timeout, qos, since = self._remote_meta.pop(key)
         self._remote.remove((router, key))
         wait = timeout or self.config.reconnect_timeout
-        away = Away(topic_filter, timeout, wait, self._now + wait, router, gen, qos)
+        away = Away(topic_filter, timeout, wait, self._now + wait, router, gen, qos, since)
         self._away[key] = away
         heapq.heappush(self._away_expiry, (away.deadline, key))
         self._note_deadline(away.deadline)
@@ -400,6 +443,23 @@ class FailoverMixin:
         del self._away[key]
         if away.timeout:
             self._remote.remove((AWAY, key))
+
+    def _end_earlier(self: Engine, key: str, since: int) -> None:
+        """Subscriber `key` subscribed afresh at attach generation `since`: what our records
+        still owe an attach of it before that was owed to a subscription that ended (it
+        closed, or stayed away past its timeout, and its router failed what it held), and
+        fails here too. It does not follow the new subscription, which is owed nothing
+        published before it and may have been sent newer messages already: the older ones
+        would come after those. Nor does it wait for that router's verdicts, which may be
+        held up behind others (or never come, if it had in fact moved on from there)."""
+        if not since:
+            return  # not known: it may have moved, and what it was owed follows it
+        for rec in sorted(self.records.values(), key=lambda r: r.seq):
+            part = rec.peers.get(key)
+            if part is not None and part.state == PartState.PENDING and part.gen < since:
+                move_part(rec, part, Step.FAIL, "detached before accepting it")
+                self._decide(rec)
+                self._maybe_forget(rec)
 
     def _fail_key(self: Engine, key: str, router: str | None, reason: str) -> None:
         """Fail every pending part for `key` owed at `router` (None: away)."""
@@ -552,6 +612,7 @@ class FailoverMixin:
             where = self._where.get(key)
             if part.state == PartState.PENDING and where is not None and where[1] != me:
                 part.router = part.last = where[1]
+                part.gen = where[0]
                 self._send_part(rec, key, where[1])
 
     def _owe_new_locals(self: Engine, rec: Record) -> int:

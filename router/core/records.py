@@ -78,7 +78,7 @@ class LinkIdentity:
 class Subscriber:
     __slots__ = (
         "credit", "filter", "gen", "holding", "ident", "inflight", "key", "label", "link",
-        "placeholders", "presettled", "queue", "sid", "warm_timeout", "warm_until",
+        "placeholders", "presettled", "queue", "sid", "since", "warm_timeout", "warm_until",
     )
 
     def __init__(
@@ -92,6 +92,10 @@ class Subscriber:
         self.warm_until: float | None = None  # when it fails if still away
         # Its attach generation: the newest attach of one subscriber key wins mesh-wide.
         self.gen = 0
+        # The generation its subscription started afresh at (later attaches that resumed it,
+        # here or elsewhere, keep it), 0 if not known: it is owed nothing owed to an attach
+        # before that one.
+        self.since = 0
         # Resume (docs/resume-protocol.md): deliveries it declared on attach that this router
         # had no record of, by delivery id -> "accepted" | "received". Until the "received"
         # ones arrive (`holding` counts them) nothing is sent to it, so that nothing newer
@@ -163,14 +167,17 @@ class PartState(IntEnum):
 
 class PeerPart:
     """One remote subscriber's part of a message, as the origin sees it: the router it is owed
-    at (None while that router is lost and the subscriber has not reattached elsewhere), and
-    where it stands."""
+    at (None while that router is lost and the subscriber has not reattached elsewhere), the
+    attach generation it is owed to there, and where it stands."""
 
-    __slots__ = ("key", "last", "reason", "router", "state")
+    __slots__ = ("gen", "key", "last", "reason", "router", "state")
 
-    def __init__(self, router: str | None, key: str, last: str = "") -> None:
+    def __init__(self, router: str | None, key: str, last: str = "", gen: int = 0) -> None:
         self.router = router
         self.last = router or last  # the router it was last owed at, to name it by
+        # The subscriber's attach generation there, as far as the origin knows: an attach
+        # that subscribed afresh after it is not owed this part (failover.py _end_earlier).
+        self.gen = gen
         self.key = key
         self.state = PartState.PENDING
         self.reason = ""

@@ -165,10 +165,12 @@ def drop_copy(rec: Record, key: int) -> Copy:
 # ---------------------------------------------------------------------------- peer parts
 
 
-def add_part(rec: Record, key: str, router: str | None, last: str = "") -> PeerPart:
+def add_part(
+    rec: Record, key: str, router: str | None, last: str = "", gen: int = 0
+) -> PeerPart:
     """A new pending part for remote subscriber `key` owed at `router` (None: away, named
-    after `last`, the router it was lost with)."""
-    part = PeerPart(router, key, last)
+    after `last`, the router it was lost with) to its attach generation `gen` there."""
+    part = PeerPart(router, key, last, gen)
     old = rec.peers.get(key)
     if old is not None:
         _part_delta(rec, int(old.state), -1)
