@@ -703,6 +703,11 @@ class MqttConnection:
     def _on_send(self, sl: SubLink, action: Send) -> None:
         if action.settled:
             self._publish_out(sl, action, 0, None)
+            if sl.qos:
+                # A pre-settled copy to a QoS 1/2 subscription took a unit of its credit (the
+                # receive window) but no packet id, so no ack will give it back: now does.
+                self._credit_due = True
+                return
             sl.q0_left -= 1
             if sl.q0_left < QOS0_CREDIT // 2 and len(self.out) < OUTPUT_HIGH:
                 sl.q0_left = QOS0_CREDIT
@@ -732,10 +737,9 @@ class MqttConnection:
         except ValueError as err:
             self._fail_copy(sl, action, f"could not be turned into an MQTT PUBLISH ({err})")
             return 0
-        topic = d.topic
-        if not topic:
-            rec = self.engine.find(action.tag.decode())
-            topic = rec.address if rec is not None else sl.filter
+        # A message without `to` goes to the topic its publisher named (never the filter:
+        # a wildcard is no topic name, MQTT-3.3.2-2).
+        topic = d.topic or action.address
         qos = 0 if action.settled else min(sl.qos, d.qos)
         dup = action.attempt > 0 and qos > 0
         props = d.properties

@@ -43,8 +43,8 @@ MQTT (router/sim/mqtt.py: MQTT 5 devices speaking real packets to the real MQTT 
 
 - `test_mqtt_simulations`: `Params.mqtt_from_seed` (the failover workload with devices) for
   EXACTMESH_SIM_MQTT seeds (default 300, from EXACTMESH_SIM_MQTT_FROM=0, ~10 s), minus
-  MQTT_OPEN_BUGS_OFF: the MQTT edge bugs these runs found that are still open (each has an
-  xfail(strict) test, `test_open_bug_*`, that passes once it is fixed).
+  MQTT_OPEN_BUGS_OFF: the MQTT edge bugs these runs found that are still open (none now;
+  the two found so far are fixed, each with a fixed scenario below).
 - `test_long_mqtt_seed_sweep` (@slow, EXACTMESH_LONG=1): EXACTMESH_SIM_MQTT_SEEDS (default
   5000) from EXACTMESH_SIM_MQTT_START.
 - fixed scenarios: MQTT and AMQP publishers and subscribers on three routers without faults
@@ -1445,19 +1445,9 @@ def test_a_subscriber_that_moves_after_its_connection_dropped_misses_nothing(
 # until they are fixed, then the entry and the xfail mark go. EXACTMESH_SIM_ALL_FAULTS=1
 # keeps everything in.
 MQTT_OPEN_BUGS_OFF: dict[str, object] = {
-    # mqtt_edge/session.py `_on_send`: a pre-settled copy (an AMQP message sent pre-settled,
-    # an MQTT QoS 0 PUBLISH) on a QoS 1/2 subscription uses a unit of the engine's credit and
-    # no packet id; the session tops credit up for QoS 0 subscriptions only (once to 1000, on
-    # the first such copy, then not until 500 more), and otherwise only when a packet id comes
-    # free. With nothing in flight the subscription then stalls for good (copies stay QUEUED).
-    # test_open_bug_a_presettled_copy_stalls_a_qos1_subscription.
-    "presettled": 0.0,
-    # `_publish_out` names the PUBLISH after the AMQP message's `to`, else after the engine's
-    # record, which may be gone by then (a pre-settled message is forgotten as it is sent; a
-    # record its publisher settled early; a copy that waited in the session's backlog): the
-    # PUBLISH then carries the subscription's filter as topic name, invalid with a wildcard
-    # (0x90 at the device). test_open_bug_a_message_without_to_gets_the_filter_as_topic.
-    "bare": 0.0,
+    # Empty: the two MQTT edge bugs the workload found (a pre-settled copy stalling a QoS 1
+    # subscription; a message without `to` published to the filter) are fixed, each with a
+    # test below.
 }
 
 
@@ -1604,11 +1594,11 @@ def _presettled_burst(world: World, pubs: list) -> None:
         world.at(world.now + 0.5 * (i + 1), lambda ps=presettled: world.publish(pub, presettled=ps))
 
 
-@pytest.mark.xfail(strict=True, raises=SimFailure, reason="open bug: MQTT_OPEN_BUGS_OFF")
-def test_open_bug_a_presettled_copy_stalls_a_qos1_subscription() -> None:
-    """mqtt_edge/session.py `_on_send`: a QoS 1 subscription (Receive Maximum 1) gets a
-    pre-settled copy, an unsettled one, a pre-settled one: its engine credit is then 0 while
-    its window is free, and what comes next stays QUEUED at the router for good."""
+def test_a_presettled_copy_does_not_stall_a_qos1_subscription() -> None:
+    """A QoS 1 subscription (Receive Maximum 1) gets a pre-settled copy, an unsettled one, a
+    pre-settled one: the pre-settled ones used engine credit but no packet id, and once left
+    its credit at 0 with its window free, what came next QUEUED for good (found by the MQTT
+    workload, m296; mqtt_edge/session.py `_on_send` gives that credit back)."""
     p = Params(seed=44, routers=2, topology="line", messages=0, **QUIET)
     world = mqtt_world(p)
     pubs: list = []
@@ -1618,11 +1608,11 @@ def test_open_bug_a_presettled_copy_stalls_a_qos1_subscription() -> None:
     world.run()
 
 
-@pytest.mark.xfail(strict=True, raises=SimFailure, reason="open bug: MQTT_OPEN_BUGS_OFF")
-def test_open_bug_a_message_without_to_gets_the_filter_as_topic() -> None:
-    """mqtt_edge/session.py `_publish_out`: a pre-settled AMQP message without `to` for a
-    subscription to `a/#` at another router: that router forgets its record as it sends the
-    copy, and the device gets a PUBLISH to topic `a/#` (0x90 Topic name invalid)."""
+def test_a_message_without_to_is_published_to_its_topic_not_the_filter() -> None:
+    """A pre-settled AMQP message without `to` for a subscription to `a/#` at another
+    router: that router forgets its record as it sends the copy, and the device got a PUBLISH
+    to topic `a/#` (0x90 Topic name invalid; found by the MQTT workload, m42). The engine's
+    Send carries the topic now (router/core/actions.py)."""
     p = Params(seed=45, routers=2, topology="line", messages=0, bare=1.0, **QUIET)
     world = mqtt_world(p)
     pubs: list = []

@@ -51,20 +51,25 @@ class Send:
     """Deliver one copy of a message on a subscriber link.
 
     `attempt` is 0 for the first delivery and n for the n-th redelivery (the AMQP header's
-    delivery-count); `settled` means the copy goes pre-settled (at most once)."""
+    delivery-count); `settled` means the copy goes pre-settled (at most once). `address`:
+    the topic it was published to (an MQTT PUBLISH needs it when the message carries no
+    `to`, and the record may be gone by the time the copy is written out)."""
 
     link: int
     tag: bytes
     payload: bytes
     attempt: int
     settled: bool
+    address: str
 
-    def __init__(self, link: int, tag: bytes, payload: bytes, attempt: int, settled: bool) -> None:
+    def __init__(self, link: int, tag: bytes, payload: bytes, attempt: int, settled: bool,
+                 address: str = "") -> None:
         self.link = link
         self.tag = tag
         self.payload = payload
         self.attempt = attempt
         self.settled = settled
+        self.address = address
 
 
 @dataclass(slots=True, init=False)
