@@ -6,7 +6,8 @@
     exactmesh pub --url URL --topic T --id NAME --state-dir DIR [--count N]   (router/pubsub_cli.py)
     exactmesh sub --url URL --topic FILTER --id NAME --state-dir DIR [--count N]
     exactmesh accel build|status     (the optional compiled build: router/accel.py)
-    exactmesh sim --seeds A-B [--faults all|none] [--routers N] [--workload failover|random]
+    exactmesh sim --seeds A-B [--faults all|none] [--routers N]
+        [--workload failover|random|mqtt]
     exactmesh sim --spec SPEC [-v]   (the cluster simulation: router/sim/command.py)
 
 Errors in the command line or the configuration, and a port already in use, print one line
@@ -139,12 +140,14 @@ def _sim_parser(sub: argparse._SubParsersAction) -> None:
     what = p.add_mutually_exclusive_group(required=True)
     what.add_argument("--seeds", metavar="A-B", help="the seeds to run, A to B inclusive (or A)")
     what.add_argument("--spec", metavar="SPEC",
-                      help="replay one run: its spec as a failure prints it (or a seed N, fN)")
+                      help="replay one run: its spec as a failure prints it (or a seed N, fN, "
+                      "mN)")
     p.add_argument("--faults", choices=["all", "none"],
                    help="all (default): every fault the workload draws; none: a clean network")
-    p.add_argument("--workload", choices=["failover", "random"],
+    p.add_argument("--workload", choices=["failover", "random", "mqtt"],
                    help="failover (default): clients that survive and move, warm subscribers, "
-                   "crashes; random: the seed sweep's, without failover")
+                   "crashes; random: the seed sweep's, without failover; mqtt: failover with "
+                   "MQTT 5 devices among the clients")
     p.add_argument("--routers", type=int, metavar="N", help="routers in every run (2-16)")
     p.add_argument("--set", metavar="NAME=VALUE,...", dest="overrides",
                    help="other parameters for every run of the range, as a spec names them "

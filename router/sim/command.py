@@ -1,8 +1,8 @@
 """`exactmesh sim`: the cluster simulation (router/sim/world.py) for a range of seeds, or one
 run replayed from its spec.
 
-    exactmesh sim --seeds 0-999 [--faults all|none] [--workload failover|random] [--routers N]
-        [--set NAME=VALUE,...]
+    exactmesh sim --seeds 0-999 [--faults all|none] [--workload failover|random|mqtt]
+        [--routers N] [--set NAME=VALUE,...]
     exactmesh sim --spec 'seed=…,routers=…,…' [-v]
 
 A range prints nothing for a run that passes and one line for each that fails, what broke and
@@ -10,11 +10,12 @@ the command that replays it exactly, then `sim: N runs, M failed`; the exit stat
 run failed, else 0 (2: a bad command line). The workload `failover` is
 `Params.failover_from_seed` (clients that survive and move, warm subscribers, crashes,
 dropped client connections, partitions, lost, duplicated and reordered frames), `random` is
-`Params.from_seed` (the seed sweep's: no failover); `--faults none` runs either on a clean
-network (nothing dropped, duplicated or reordered, no partition, crash or dropped client
-connection). `--spec` replays one run and prints its report: on failure the parameters, the
-replay command and the last events (`-v`: the whole trace, also of a run that passes; with a
-range, `-v` prints a line for every run).
+`Params.from_seed` (the seed sweep's: no failover), `mqtt` is `Params.mqtt_from_seed` (the
+failover workload with MQTT 5 devices among the clients, router/sim/mqtt.py); `--faults none`
+runs any of them on a clean network (nothing dropped, duplicated or reordered, no partition,
+crash or dropped client connection). `--spec` replays one run and prints its report: on
+failure the parameters, the replay command and the last events (`-v`: the whole trace, also
+of a run that passes; with a range, `-v` prints a line for every run).
 `--fingerprint` adds a line with a digest of every run's events and frames, which must be the
 same in every process and on every machine for the same code and seeds.
 
@@ -84,8 +85,10 @@ def params_for(seed: int, workload: str = "failover", faults: str = "all",
         params = Params.failover_from_seed(seed)
     elif workload == "random":
         params = Params.from_seed(seed)
+    elif workload == "mqtt":
+        params = Params.mqtt_from_seed(seed)
     else:
-        raise UsageError(f"--workload: {workload!r} is not failover or random")
+        raise UsageError(f"--workload: {workload!r} is not failover, random or mqtt")
     if faults == "none":
         params = dataclasses.replace(params, **CLEAN)
     elif faults != "all":

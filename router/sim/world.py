@@ -61,7 +61,7 @@ import random
 import traceback
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from typing import Any
 
 from mesh.frames import FrameDecoder, FrameError, encode
@@ -81,6 +81,7 @@ from router.core.records import ALL, SOME, LinkIdentity, outgoing_tag
 from router.nodeloop import NodeLoop
 
 from .checker import Checker, Msg, Violation
+from .mqtt import MqttSide, SimRuntime
 from .sdk import SdkClients, SdkPublisher, SdkSubscriber
 
 TOPOLOGIES = ("line", "ring", "star", "random", "full")
@@ -152,6 +153,13 @@ class Params:
     # Share of clients run by the SDK's state machines (router/sim/sdk.py), drawn from a
     # generator of their own: 0 leaves every other draw of a run as it was.
     sdk: float = 0.0
+    # MQTT (router/sim/mqtt.py): the share of clients attached at random that are MQTT 5
+    # devices (QoS 1) talking to the real MQTT session. 0: none, and no random draw for it.
+    mqtt: float = 0.0
+    # With MQTT: the share of AMQP publishers whose messages carry no `to` (a bare Data
+    # body; the MQTT edge must name the topic they published to). The others set `to` as
+    # the SDK does.
+    bare: float = 0.0
 
     def spec(self) -> str:
         return ",".join(f"{f.name}={getattr(self, f.name)}" for f in fields(self))
@@ -163,6 +171,8 @@ class Params:
             return cls.from_seed(int(spec))
         if spec[:1] == "f" and spec[1:].isdigit():
             return cls.failover_from_seed(int(spec[1:]))
+        if spec[:1] == "m" and spec[1:].isdigit():
+            return cls.mqtt_from_seed(int(spec[1:]))
         kinds = {f.name: f.default for f in fields(cls)}
         values: dict[str, Any] = {}
         for part in spec.split(","):
@@ -232,9 +242,20 @@ class Params:
             sdk=random.Random(f"exactmesh-sdk-{seed}").choice([0.0, 0.5, 1.0]),
         )
 
+    @classmethod
+    def mqtt_from_seed(cls, seed: int) -> Params:
+        """The failover workload of `seed` with MQTT 5 devices among the clients attached at
+        random (router/sim/mqtt.py), drawn from the seed alone. `exactmesh sim --spec m1234`
+        replays one. Not in the other two: MQTT runs still find open bugs (test_simulation,
+        MQTT_OPEN_BUGS_OFF)."""
+        rng = random.Random(f"exactmesh-mqtt-{seed}")
+        return replace(cls.failover_from_seed(seed), mqtt=rng.choice([0.3, 0.5, 0.8, 1.0]),
+                       bare=rng.choice([0.0, 0.0, 0.5]))
+
 
 # The code a run depends on: the sans-IO core, the mesh, and the simulator itself.
-CODE_GLOBS = ("router/core/*.py", "router/sim/*.py", "router/nodeloop.py", "mesh/*.py")
+CODE_GLOBS = ("router/core/*.py", "router/sim/*.py", "router/nodeloop.py", "mesh/*.py",
+              "mqtt_edge/*.py")
 
 
 def replay_command(params: Params) -> str:
@@ -294,6 +315,7 @@ class SimRouter:
                              transfer_window=p.transfer_window)
         self.loop = NodeLoop(self.engine)  # type: ignore[arg-type]  # World._wire sets it up
         self.clients: ClientSide | None = None
+        self.mqtt_node: SimRuntime | None = None  # its MQTT runtime and state (World._wire)
         self.tick_at: float | None = None
         self.tick_token = 0
         self.last_tick = -1.0
@@ -393,6 +415,7 @@ class Client:
     attach's; a survivor gets new ones each time it attaches again."""
 
     kind = ""
+    mqtt = False  # an MQTT device's client (router/sim/mqtt.py) is not one of these
 
     def __init__(self, router: SimRouter, link: int, ident: LinkIdentity,
                  survivor: bool) -> None:
@@ -433,9 +456,12 @@ class PubClient(Client):
         self.decided: dict[bytes, Msg] = {}  # outcome known, not settled yet
         self.resend_queue: deque[bytes] = deque()  # declared on attach, not sent again yet
         self.sdk: SdkPublisher | None = None  # run by the SDK's state machine (sim/sdk.py)
+        # Its payloads as AMQP messages (MQTT subscribers may get them: router/sim/mqtt.py).
+        self.body: Callable[[bytes], bytes] | None = None
 
     def payload(self, seq: int) -> bytes:
-        return f"{self.key}#{seq}".encode()
+        text = f"{self.key}#{seq}".encode()
+        return self.body(text) if self.body is not None else text
 
 
 class SubClient(Client):
@@ -504,6 +530,7 @@ class World(SdkClients):
         self._link_ids = itertools.count(1)
         self._client_names = itertools.count(1)
         self.checker = Checker(self)
+        self.mqtt = MqttSide(self, TOPICS, FILTERS)
         keep = TRACE_LINES if trace_lines is None else trace_lines
         self.trace: deque[str] = deque(maxlen=keep or None)
         # Every trace line and every frame put on the network, in order: `fingerprint()`.
@@ -634,6 +661,8 @@ class World(SdkClients):
         """Nothing left to do: the network is whole and every delivery is finished."""
         if any(not link.up for link in self.links.values()):
             return False
+        if not self.mqtt.quiet():
+            return False  # bytes on their way between an MQTT device and its router
         for c in self.all_clients:
             if c.away:
                 return False  # a survivor on its way back
@@ -687,9 +716,11 @@ class World(SdkClients):
     def _wire(self, r: SimRouter) -> SimRouter:
         """Set up `r`'s node loop as the runtime does: its mesh node and frame sender (what
         `MeshRuntime` registers), and the clients' side, which registers links."""
-        r.loop = NodeLoop(r.engine, unrouted=lambda action: self.checker.stray(r, action))  # type: ignore[arg-type]
+        r.loop = NodeLoop(r.engine, unrouted=lambda action: self.mqtt.unrouted(r, action)  # type: ignore[arg-type]
+                          or self.checker.stray(r, action))
         r.loop.attach_mesh(CheckedMesh(r.mesh, self.checker, r), lambda: self._output(r))
         r.clients = ClientSide(self, r)
+        r.mqtt_node = self.mqtt.start(r)
         return r
 
     def _output(self, r: SimRouter) -> None:
@@ -934,6 +965,8 @@ class World(SdkClients):
                          mode: str | None = None, rate: float | None = None,
                          survivor: bool | None = None) -> PubClient | None:
         rng, p = self.rng, self.p
+        if router is None and p.mqtt > 0 and rng.random() < p.mqtt:
+            return self.mqtt.attach_publisher()  # type: ignore[return-value]
         r = self.routers[router] if router else self.routers[rng.choice(self._alive())]
         if r.dead:
             return None  # nobody can attach to a router that is down
@@ -948,6 +981,7 @@ class World(SdkClients):
                         survivor=survivor)
         if p.sdk > 0 and self.sdk_rng.random() < p.sdk:
             pub.sdk = SdkPublisher()
+        pub.body = self.mqtt.amqp_body(topic)
         self.clients[link] = pub
         self.all_clients.append(pub)
         self.log(f"attach publisher {pub.label} topic {topic} mode {mode}"
@@ -964,6 +998,9 @@ class World(SdkClients):
                           good: bool = False, survivor: bool | None = None,
                           warm: float | None = None) -> SubClient | None:
         rng, p = self.rng, self.p
+        if router is None and p.mqtt > 0 and rng.random() < p.mqtt:
+            subs = self.mqtt.attach_subscriber()
+            return subs[0] if subs else None  # type: ignore[return-value]
         r = self.routers[router] if router else self.routers[rng.choice(self._alive())]
         if r.dead:
             return None
@@ -1003,6 +1040,9 @@ class World(SdkClients):
 
     def detach_publisher(self, pub: PubClient) -> None:
         """The publisher closes its link (for good)."""
+        if pub.mqtt:
+            self.mqtt.detach(pub)  # type: ignore[arg-type]
+            return
         if pub.detached:
             return
         self.log(f"detach publisher {pub.label}")
@@ -1018,6 +1058,9 @@ class World(SdkClients):
 
     def detach_subscriber(self, sub: SubClient) -> None:
         """The subscriber closes its link: its subscription ends, warm or not."""
+        if sub.mqtt:
+            self.mqtt.detach(sub)  # type: ignore[arg-type]
+            return
         if sub.detached:
             return
         self.log(f"detach subscriber {sub.label}")
@@ -1032,6 +1075,9 @@ class World(SdkClients):
     def _lose(self, c: PubClient | SubClient, why: str) -> None:
         """`c`'s link is gone without a close (its router crashed, or its connection dropped).
         A survivor attaches again later; any other client is gone for good."""
+        if c.mqtt:
+            self.mqtt.lose(c, why)  # type: ignore[arg-type]
+            return
         c.detached = True
         c.lost_links.add(c.link)
         c.lost_at = self.now
@@ -1089,6 +1135,9 @@ class World(SdkClients):
             self._router_notices(r, c, link)
 
     def _router_notices(self, r: SimRouter, c: PubClient | SubClient, link: int) -> None:
+        if c.mqtt:
+            self.mqtt.router_notices(r, c)  # type: ignore[arg-type]
+            return
         if r.dead:
             return
         self.log(f"{r.id} notices the connection of {c.key} (link {link}) is gone")
@@ -1417,7 +1466,8 @@ class World(SdkClients):
         return (f"{self.p.routers} routers ({self.p.topology}), {s.published} published, "
                 f"{s.accepted} accepted, {s.rejected} rejected, {s.first_deliveries} first "
                 f"deliveries, {s.redeliveries} redeliveries; frames {self.counts}; "
-                f"{self.events} events; finished at t={done}{self.failover_summary()}")
+                f"{self.events} events; finished at t={done}{self.failover_summary()}"
+                f"{self.mqtt.summary()}")
 
     def failover_summary(self) -> str:
         """What moved, and what the subscribers' own duplicate suppression had to do (empty
