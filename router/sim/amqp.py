@@ -55,6 +55,7 @@ from __future__ import annotations
 
 import itertools
 import os
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from proton import Collector, Connection, Delivery, Endpoint, Event, Transport
@@ -72,6 +73,7 @@ from amqp_edge.connection import AmqpConnection
 from router.core import events as ev
 from router.core.actions import Accepted, CloseLink, Credit, Decide, Send, SettleCopy
 from router.core.message import annotate, publisher_annotation, scan
+from router.core.message import encode_message as encode_amqp
 from router.core.records import ALL, LinkIdentity, outgoing_tag
 
 from .checker import Violation
@@ -239,6 +241,15 @@ class AmqpSide:
                        "outcomes": 0, "suppressed": 0, "over_credit": 0}
 
     # ------------------------------------------------------------------ the world's calls
+
+    def amqp_body(self, topic: str) -> Callable[[bytes], bytes] | None:
+        """How a new publisher of the simulator's own encodes its payloads in a world with
+        wire clients: as an AMQP message (a wire subscriber's router parses what it sends
+        again, `with_redelivery`), with `to` as the SDK sends it. None without wire clients
+        (raw bytes, as always)."""
+        if self.world.p.wire <= 0:
+            return None
+        return lambda text: encode_amqp(text, to=topic)
 
     def make(self, c: Client) -> None:
         """`c` (an SDK client, not attached yet) talks AMQP: the SDK's identity, container id

@@ -1002,7 +1002,7 @@ class World(SdkClients):
                         survivor=survivor)
         if p.sdk > 0 and self.sdk_rng.random() < p.sdk:
             pub.sdk = SdkPublisher()
-        pub.body = self.mqtt.amqp_body(topic)
+        pub.body = self.mqtt.amqp_body(topic) or self.amqp.amqp_body(topic)
         if pub.sdk is not None and p.wire > 0 and self.wire_rng.random() < p.wire:
             self.amqp.make(pub)
         self.clients[link] = pub
