@@ -55,6 +55,7 @@ from __future__ import annotations
 
 import itertools
 import os
+from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -72,7 +73,7 @@ from amqp_edge.client import (
 from amqp_edge.connection import AmqpConnection
 from router.core import events as ev
 from router.core.actions import Accepted, CloseLink, Credit, Decide, Send, SettleCopy
-from router.core.message import annotate, publisher_annotation, scan
+from router.core.message import annotate, publisher_annotation, scan, with_redelivery
 from router.core.message import encode_message as encode_amqp
 from router.core.records import ALL, LinkIdentity, outgoing_tag
 
@@ -163,6 +164,8 @@ class WireConn:
         self.write_due = False
         self.links: list[int] = []  # the engine links the router registered for it
         self.decided: set[tuple[int, bytes]] = set()  # (link, tag) the router decided
+        # Subscriber: the copies the router sent on it, in order, as they must arrive.
+        self.sent: deque[tuple[bytes, bytes]] = deque()
 
     @property
     def live(self) -> bool:
@@ -461,6 +464,9 @@ class AmqpSide:
             msg = checker.on_send(sub, action, id(rec) if rec is not None else -1)
             if not action.settled:
                 sub.router_unsettled[action.tag] = None
+            payload = action.payload
+            wc.sent.append((action.tag, with_redelivery(payload, action.attempt)
+                            if action.attempt else payload))
             world.log(f"{sub.label} gets {msg.pub.key}#{msg.seq} {msg.id[:8]} attempt "
                       f"{action.attempt}{' settled' if action.settled else ''} (AMQP)")
         elif kind is SettleCopy:
@@ -512,6 +518,9 @@ class AmqpSide:
         pub: PubClient = c  # type: ignore[assignment]
         tag = event.tag
         seq = int(tag)
+        if event.settled or event.mode is not None or event.ttl_ms is not None:
+            raise Violation(f"{wc.router.id} took {pub.label}'s message {seq} as settled "
+                            f"{event.settled}, mode {event.mode}, ttl {event.ttl_ms}")
         if event.payload != pub.payload(seq):
             raise Violation(f"{wc.router.id} made {event.payload!r} of {pub.label}'s message "
                             f"{seq}")
@@ -848,6 +857,10 @@ class AmqpSide:
         tag = d.tag.encode() if isinstance(d.tag, str) else bytes(d.tag)
         text = tag.decode()
         msg = world.checker.msg_by_tag(tag)
+        sent = wc.sent.popleft() if wc.sent else None
+        if sent != (tag, data):
+            raise Violation(f"{sub.label} received {tag!r} {data!r}; its router sent "
+                            f"{sent!r} next")
         sdk = sub.sdk
         assert sdk is not None
         incoming = sdk.core.on_delivery(text, d, data, sdk.store.outcome_of(text))
