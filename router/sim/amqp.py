@@ -21,12 +21,15 @@ Proton events on the client's side drive the cores as `amqp_edge.client` does:
 - publisher: remote attach -> `core.attached()`; link flow (credit) -> `core.transmit(credit)`
   -> deliveries (tag b"SEQ", the SDK's `encode_message` for message SEQ); a remote
   disposition -> `core.on_disposition` -> settle, then the group commit. The application
-  publishes whenever its window allows, attached or not (the messages wait in the core).
+  publishes within its window: within the link's credit while attached (as the simulator's
+  other publishers), freely while it has no link (the messages wait in the core, declared
+  and sent first on the next one).
 - subscriber: remote attach -> `core.attached()`; every batch of events ends with the credit
   `core.credit_to_grant` asks for; a delivery -> `core.on_delivery` with the store's answer:
   answered again at once (from the store), bound to a copy the application holds, or shown
-  to the application (`SdkClients._sdk_take` / `_sdk_answer`), whose answers go out as
-  dispositions, settled (`_dispose`).
+  to the application (`_take`, then `SdkClients._sdk_answer`), whose answers go out as
+  dispositions, settled (`_dispose`). A slow application is slow until the faults stop.
+  Each delivery must be the copy the router sent next on that connection, byte for byte.
 
 The checker sees what it sees of the engine-event SDK clients. The engine actions on a wire
 client's link are tapped where the connection registers the link (`AmqpTap`, a `TapConn`):
