@@ -110,6 +110,10 @@ class SimRuntime:
         # NotingEngine does for other callers, `flush` and `TapConn` do for MQTT's calls.
         self.engine = router.engine.core
         self.connections: set[Any] = set()
+        # Connections of another edge that tap their own links (router/sim/amqp.py): the
+        # connection -> what the node loop holds for a link it registers, `make(link_id,
+        # link_state)`. MQTT connections are not in it: `TapConn` with their device.
+        self.taps: dict[Any, Callable[[int, Any], Any]] = {}
         self.stopping = False
         self.state = MqttState(self)  # after the mesh is attached: the retained store joins it
 
@@ -124,6 +128,10 @@ class SimRuntime:
         return next(self.world._link_ids)  # one id space with the simulator's own links
 
     def register_link(self, link_id: int, conn: Any, link_state: Any) -> None:
+        make = self.taps.get(conn) if self.taps else None
+        if make is not None:
+            self.router.loop.register_link(link_id, make(link_id, link_state), link_state)
+            return
         dev = self.side.by_conn.get(id(conn))
         if dev is not None:
             dev.registered(link_id, link_state)
@@ -188,7 +196,7 @@ class TapConn:
             self.side.observe(self.dev, link_state, action)
         core = self.router.engine.core
         start = core.actions_pending()
-        closing = self.conn.closing
+        closing = self.dev is not None and self.conn.closing  # (dev None: any connection)
         self.conn.apply(link_state, action)
         self.side.note_sends(self.router, start)
         if self.dev is not None:

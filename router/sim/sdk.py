@@ -213,6 +213,9 @@ class SdkClients:
         answers = sdk.core.take_answers()
         self.log(f"{sub.label} answers {msg.id[:8]} {outcome} settled (SDK)"
                  f"{'' if answers else ' but no delivery of it is live'}")
+        if sub.wire is not None:
+            sub.wire.side.answer(sub, answers)  # on its AMQP connection (router/sim/amqp.py)
+            return
         for a in answers:
             link, wire_tag = a.delivery
             if link == sub.link and not sub.detached:

@@ -36,8 +36,17 @@ run by the SDK's own state machines, `amqp_edge.sdk_core` (router/sim/sdk.py): w
 declare, send again, answer from their store and grant as credit is the SDK's code, not a
 model of it. The others model whatever any AMQP client may do.
 
-Clients talk to their router's engine directly and react after a delay (events on the same
-clock): publishers publish within their credit, settle after the outcome and sometimes
+A share of those SDK clients (`wire`; none by default, and not in the failover seeds yet:
+tests/test_simulation.py WIRE_OPEN_BUGS) talk to their router over AMQP instead
+(router/sim/amqp.py): the SDK's cores drive a client-side proton engine, each attach is a
+new connection, and the router's side is the real `amqp_edge.connection.AmqpConnection` on
+the router's `SimRuntime` (router/sim/mqtt.py), fed bytes and drained as `amqp_edge.server`
+does; a crash or a dropped connection breaks the bytes in flight, and the router calls the
+connection's `closed()` when it notices. The checker sees the engine's actions on their links
+where the connection registers them, and their messages as the engine takes them.
+
+The other clients talk to their router's engine directly and react after a delay (events on
+the same clock): publishers publish within their credit, settle after the outcome and sometimes
 before it; subscribers grant credit, accept, reject, release or modify, some slowly; clients
 attach and detach at random times. After `duration` the faults stop, the network heals, the
 clients become well-behaved, and time runs on until everything is finished (or `drain` runs
@@ -96,6 +105,7 @@ from router.core.engine import Disposition, Engine, EngineConfig
 from router.core.records import ALL, SOME, LinkIdentity, outgoing_tag
 from router.nodeloop import NodeLoop
 
+from .amqp import AmqpSide, WireClient
 from .checker import Checker, Msg, Violation
 from .mqtt import MqttSide, SimRuntime
 from .sdk import SdkClients, SdkPublisher, SdkSubscriber
@@ -169,6 +179,10 @@ class Params:
     # Share of clients run by the SDK's state machines (router/sim/sdk.py), drawn from a
     # generator of their own: 0 leaves every other draw of a run as it was.
     sdk: float = 0.0
+    # Share of those SDK clients that talk to their router over AMQP (router/sim/amqp.py):
+    # the client's proton engine and the router's real AmqpConnection, bytes between them.
+    # Drawn from a generator of its own; 0: none, and no draw for it.
+    wire: float = 0.0
     # MQTT (router/sim/mqtt.py): the share of clients attached at random that are MQTT 5
     # devices (QoS 1) talking to the real MQTT session. 0: none, and no random draw for it.
     mqtt: float = 0.0
@@ -273,7 +287,7 @@ class Params:
 
 # The code a run depends on: the sans-IO core, the mesh, and the simulator itself.
 CODE_GLOBS = ("router/core/*.py", "router/sim/*.py", "router/nodeloop.py", "mesh/*.py",
-              "mqtt_edge/*.py")
+              "mqtt_edge/*.py", "amqp_edge/*.py")
 
 
 def replay_command(params: Params) -> str:
@@ -457,6 +471,8 @@ class Client:
         # and to which router.
         self.move_delay: float | None = None
         self.move_router: str | None = None
+        # Its AMQP side when it talks to its router over AMQP (an SDK client: sim/amqp.py).
+        self.wire: WireClient | None = None
 
 
 class PubClient(Client):
@@ -535,6 +551,7 @@ class World(SdkClients):
         p = self.p = params
         self.rng = random.Random(p.seed)
         self.sdk_rng = random.Random(f"exactmesh-sdk-clients-{p.seed}")  # who runs the SDK
+        self.wire_rng = random.Random(f"exactmesh-wire-clients-{p.seed}")  # ... over AMQP
         self.now = 0.0
         self._queue: list[tuple[float, int, Callable[..., None], tuple]] = []
         self._tie = itertools.count()
@@ -549,6 +566,7 @@ class World(SdkClients):
         self._client_names = itertools.count(1)
         self.checker = Checker(self)
         self.mqtt = MqttSide(self, TOPICS, FILTERS)
+        self.amqp = AmqpSide(self)
         keep = TRACE_LINES if trace_lines is None else trace_lines
         self.trace: deque[str] = deque(maxlen=keep or None)
         # Every trace line and every frame put on the network, in order: `fingerprint()`.
@@ -664,6 +682,7 @@ class World(SdkClients):
                     self.finished_at = self.now
                     break
             self.checker.final(self)
+            self.amqp.final()
         except Violation as v:
             raise SimFailure(self.p, str(v), list(self.trace)) from None
         except Exception as exc:  # the router code (or the simulator) raised
@@ -681,6 +700,8 @@ class World(SdkClients):
             return False
         if not self.mqtt.quiet():
             return False  # bytes on their way between an MQTT device and its router
+        if not self.amqp.quiet():
+            return False  # ... or an AMQP client and its router, or messages not sent yet
         for c in self.all_clients:
             if c.away:
                 return False  # a survivor on its way back
@@ -735,7 +756,7 @@ class World(SdkClients):
         """Set up `r`'s node loop as the runtime does: its mesh node and frame sender (what
         `MeshRuntime` registers), and the clients' side, which registers links."""
         r.loop = NodeLoop(r.engine, unrouted=lambda action: self.mqtt.unrouted(r, action)  # type: ignore[arg-type]
-                          or self.checker.stray(r, action))
+                          or self.amqp.unrouted(r, action) or self.checker.stray(r, action))
         r.loop.attach_mesh(CheckedMesh(r.mesh, self.checker, r), lambda: self._output(r))
         r.clients = ClientSide(self, r)
         r.mqtt_node = self.mqtt.start(r)
@@ -999,11 +1020,17 @@ class World(SdkClients):
                         survivor=survivor)
         if p.sdk > 0 and self.sdk_rng.random() < p.sdk:
             pub.sdk = SdkPublisher()
-        pub.body = self.mqtt.amqp_body(topic)
+        pub.body = self.mqtt.amqp_body(topic) or self.amqp.amqp_body(topic)
+        if pub.sdk is not None and p.wire > 0 and self.wire_rng.random() < p.wire:
+            self.amqp.make(pub)
         self.clients[link] = pub
         self.all_clients.append(pub)
         self.log(f"attach publisher {pub.label} topic {topic} mode {mode}"
-                 f"{' survivor' if survivor else ''}{' SDK' if pub.sdk else ''}")
+                 f"{' survivor' if survivor else ''}{' SDK' if pub.sdk else ''}"
+                 f"{' AMQP' if pub.wire else ''}")
+        if pub.wire is not None:
+            self.amqp.attach(pub, r)
+            return pub
         r.loop.register_link(link, r.clients, pub)
         r.engine.handle(ev.PublisherAttached(self.now, link, pub.ident, topic, mode))
         if pub.sdk is not None:
@@ -1039,6 +1066,9 @@ class World(SdkClients):
         if p.sdk > 0 and self.sdk_rng.random() < p.sdk:
             sub.sdk = SdkSubscriber(self, prefetch=target)
             sub.presettled = False  # the SDK's subscribers answer every message
+            if p.wire > 0 and self.wire_rng.random() < p.wire:
+                self.amqp.make(sub)
+                warm = sub.warm
         self.clients[link] = sub
         self.all_clients.append(sub)
         self.checker.register_sub(sub)
@@ -1046,7 +1076,10 @@ class World(SdkClients):
                  f"{' presettled' if sub.presettled else ''}{' flaky' if sub.flaky else ''}"
                  f"{' slow' if sub.slow else ''}{' stalled' if sub.stalled else ''}"
                  f"{' survivor' if survivor else ''}{f' warm {warm:g} s' if warm else ''}"
-                 f"{' SDK' if sub.sdk else ''}")
+                 f"{' SDK' if sub.sdk else ''}{' AMQP' if sub.wire else ''}")
+        if sub.wire is not None:
+            self.amqp.attach(sub, r)
+            return sub
         r.loop.register_link(link, r.clients, sub)
         r.engine.handle(ev.SubscriberAttached(self.now, link, sub.ident, topic_filter,
                                               sub.presettled, warm, gen=sub.gen))
@@ -1070,6 +1103,9 @@ class World(SdkClients):
         pub.undecided.clear()
         pub.decided.clear()
         pub.resend_queue.clear()
+        if pub.wire is not None:
+            self.amqp.close(pub)  # its link and connection, over AMQP
+            return
         pub.router.loop.forget_link(pub.link)  # as an edge does, before it tells the engine
         pub.router.engine.handle(ev.PublisherDetached(self.now, pub.link, True))
         self.settle(pub.router)
@@ -1079,9 +1115,15 @@ class World(SdkClients):
         if sub.mqtt:
             self.mqtt.detach(sub)  # type: ignore[arg-type]
             return
-        if sub.detached:
+        if sub.detached or sub.gone:
             return
         self.log(f"detach subscriber {sub.label}")
+        if sub.wire is not None:
+            # Gone for the application now; detached once its router lets the link go.
+            sub.gone = True
+            self.checker.on_gone(sub)
+            self.amqp.close(sub)
+            return
         sub.detached = sub.gone = True
         self.checker.on_gone(sub)
         sub.router.loop.forget_link(sub.link)
@@ -1095,6 +1137,8 @@ class World(SdkClients):
         A survivor attaches again later; any other client is gone for good."""
         if c.mqtt:
             self.mqtt.lose(c, why)  # type: ignore[arg-type]
+            return
+        if c.wire is not None and self.amqp.lose(c, why):
             return
         c.detached = True
         c.lost_links.add(c.link)
@@ -1156,6 +1200,9 @@ class World(SdkClients):
         if c.mqtt:
             self.mqtt.router_notices(r, c)  # type: ignore[arg-type]
             return
+        if c.wire is not None:
+            self.amqp.router_notices(r, c, link)
+            return
         if r.dead:
             return
         self.log(f"{r.id} notices the connection of {c.key} (link {link}) is gone")
@@ -1192,6 +1239,9 @@ class World(SdkClients):
         c.history.append(r.id)
         c.epoch += 1
         self.moves["reattached"] += 1
+        if c.wire is not None:
+            self.amqp.attach(c, r)  # a new connection, with its core's declaration
+            return
         if c.kind == "sub":
             sub: SubClient = c  # type: ignore[assignment]
             declared = self.sdk_declaration(sub) if sub.sdk else self._declaration(sub)
@@ -1485,7 +1535,7 @@ class World(SdkClients):
                 f"{s.accepted} accepted, {s.rejected} rejected, {s.first_deliveries} first "
                 f"deliveries, {s.redeliveries} redeliveries; frames {self.counts}; "
                 f"{self.events} events; finished at t={done}{self.failover_summary()}"
-                f"{self.mqtt.summary()}")
+                f"{self.mqtt.summary()}{self.amqp.summary()}")
 
     def failover_summary(self) -> str:
         """What moved, and what the subscribers' own duplicate suppression had to do (empty
