@@ -214,7 +214,7 @@ WIRE_OPEN_BUGS = {
 
 def wire_params(seed: int) -> Params:
     """The failover workload for `seed` with every client an SDK client over AMQP."""
-    return dataclasses.replace(failover_params(seed), sdk=1.0, wire=1.0)
+    return dataclasses.replace(failover_params(seed), sdk=1.0, wire=1.0, mqtt=0.0)
 
 
 def test_wire_client_simulations() -> None:
