@@ -165,7 +165,10 @@ class SdkClients:
             sub.said.setdefault(msg.id, set()).add(DISPOSITIONS[incoming.outcome])
             self.log(f"{sub.label} answers {msg.id[:8]} {incoming.outcome} settled (again, "
                      "from its SDK store)")
-            self._sdk_outcome(sub, action.tag, DISPOSITIONS[incoming.outcome])
+            # Answered as the client reads it, after whatever else the router wrote with
+            # this copy (say the settlement it relays right behind it), not in its midst.
+            self.after(0.0, self._sdk_outcome, sub, action.tag,
+                       DISPOSITIONS[incoming.outcome], sub.link)
         elif incoming.kind == "bind":
             if incoming.previous is not None and incoming.previous[1] not in \
                     sub.router_unsettled:
@@ -219,11 +222,13 @@ class SdkClients:
         for a in answers:
             link, wire_tag = a.delivery
             if link == sub.link and not sub.detached:
-                self._sdk_outcome(sub, wire_tag, DISPOSITIONS[a.outcome])
+                self._sdk_outcome(sub, wire_tag, DISPOSITIONS[a.outcome], link)
 
-    def _sdk_outcome(self, sub: SubClient, tag: bytes, disposition: int) -> None:
-        """Put an answer on the wire, settled, unless the router settled that copy already
-        (then proton sends nothing for it)."""
+    def _sdk_outcome(self, sub: SubClient, tag: bytes, disposition: int, link: int) -> None:
+        """Put an answer on the wire, settled, unless the link it came on is gone or the
+        router settled that copy already (then proton sends nothing for it)."""
+        if link != sub.link or sub.detached:
+            return
         if sub.router_unsettled.pop(tag, "gone") == "gone":
             return
         sub.router.engine.handle(ev.CopyOutcome(self.now, sub.link, tag, disposition, True,
