@@ -165,15 +165,24 @@ class SdkClients:
             sub.said.setdefault(msg.id, set()).add(DISPOSITIONS[incoming.outcome])
             self.log(f"{sub.label} answers {msg.id[:8]} {incoming.outcome} settled (again, "
                      "from its SDK store)")
-            self._sdk_outcome(sub, action.tag, DISPOSITIONS[incoming.outcome])
+            self.after(0.0, self._sdk_again, sub, sub.link, action.tag,
+                       DISPOSITIONS[incoming.outcome])
         elif incoming.kind == "bind":
             if incoming.previous is not None and incoming.previous[1] not in \
                     sub.router_unsettled:
                 sdk.core.previous_settled()
         else:
             sub.unanswered[action.tag] = (sub.copies[msg.id], sub.link, None)
-            delay = self.rng.uniform(0.2, 1.5) if sub.slow else self.rng.uniform(0.001, 0.02)
+            slow = self._sdk_slow(sub)
+            delay = self.rng.uniform(0.2, 1.5) if slow else self.rng.uniform(0.001, 0.02)
             self.after(delay, self._sdk_take, sub)
+
+    def _sdk_slow(self, sub: SubClient) -> bool:
+        """A slow application is slow until the faults stop, as over AMQP (amqp.py `_slow`):
+        then the clients are well-behaved. An SDK subscriber takes one message at a time, so
+        a slow one behind what its publishers (MQTT devices too) published meanwhile would
+        still be at it when `drain` ends, its publishers without their outcomes."""
+        return sub.slow and not self.draining
 
     def _sdk_take(self, sub: SubClient) -> None:
         """The application takes the next message and answers it a little later."""
@@ -184,7 +193,8 @@ class SdkClients:
         shown = sdk.core.take()
         if shown is None:
             return  # dropped with a lost link before the application took it
-        delay = self.rng.uniform(0.2, 1.0) if sub.slow else self.rng.uniform(0.0, 0.01)
+        slow = self._sdk_slow(sub)
+        delay = self.rng.uniform(0.2, 1.0) if slow else self.rng.uniform(0.0, 0.01)
         self.after(delay, self._sdk_answer, sub, shown)
 
     def _sdk_answer(self, sub: SubClient, shown: Any) -> None:
@@ -220,6 +230,14 @@ class SdkClients:
             link, wire_tag = a.delivery
             if link == sub.link and not sub.detached:
                 self._sdk_outcome(sub, wire_tag, DISPOSITIONS[a.outcome])
+
+    def _sdk_again(self, sub: SubClient, link: int, tag: bytes, disposition: int) -> None:
+        """An answer from the SDK's store goes on the wire after the router's actions that
+        came with the copy, as the client reads it first: a SettleCopy among them (the
+        origin's forget came in the same batch) settles the copy before, and then nothing
+        is sent for it (`_sdk_outcome`)."""
+        if link == sub.link and not sub.detached and not sub.gone:
+            self._sdk_outcome(sub, tag, disposition)
 
     def _sdk_outcome(self, sub: SubClient, tag: bytes, disposition: int) -> None:
         """Put an answer on the wire, settled, unless the router settled that copy already
