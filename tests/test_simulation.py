@@ -1295,6 +1295,20 @@ REGRESSIONS = [
     "t=0,notice=0.5,move_max=1.5,move_to=any,warm=1.0,warm_min=0.5,warm_max=3.0,recon"
     "nect_timeout=1.0,resume_timeout=5.0,declare=1.0,sdk=0.5,wire=0.0,mqtt=0.3,bare=0"
     ".0",
+    # A publisher moved from A to E with #11 (published at A) queued at C for a stalled
+    # subscriber; E's resends of #3-#11 took C's record of #11 over, so the checker took
+    # #11 for E's and the older resends behind it for out of order. That copy is A's
+    # traffic (guarantees.md: old and new router are not ordered while both are in
+    # flight): world.py NotingEngine.taken_over, checker.py on_send.
+    "seed=17511,routers=5,topology=random,drop=0.05,dup=0.0,reorder=0.1,partitions=0,"
+    "partition_min=0.5,partition_max=1.0,isolate=0.3,restarts=3,restart_inc=higher,un"
+    "reachable_timeout=2.0,gossip_interval=0.5,duration=6.0,drain=60.0,publishers=3,s"
+    "ubscribers=5,messages=15,churn=1.0,flaky=0.3,slow=0.2,stall=0.1,ttl=0.0,early_se"
+    "ttle=0.05,presettled=0.03,presettled_subs=0.05,some_mode=0.25,override=0.1,windo"
+    "w=8,transfer_window=4096,max_attempts=3,survivors=0.8,pub_survivors=-1.0,drop_cl"
+    "ient=4,notice=0.5,move_max=1.5,move_to=any,warm=1.0,warm_min=0.5,warm_max=3.0,re"
+    "connect_timeout=8.0,resume_timeout=5.0,declare=1.0,sdk=0.5,wire=0.0,mqtt=0.3,bar"
+    "e=0.5",
 ]
 
 
