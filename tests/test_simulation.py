@@ -1294,6 +1294,42 @@ REGRESSIONS = [
     "window=8,transfer_window=4096,max_attempts=3,survivors=1.0,pub_survivors=-1.0,"
     "drop_client=4,notice=0.5,move_max=1.5,move_to=any,warm=1.0,warm_min=0.5,warm_max=3.0,"
     "reconnect_timeout=8.0,resume_timeout=5.0,declare=1.0,sdk=0.0",
+    # A slow SDK subscriber (one message at a time) stayed slow after the faults stopped,
+    # behind what MQTT devices and others had published: not done within `drain`. The
+    # simulator's SDK application is now slow only until draining, as over AMQP
+    # (router/sim/sdk.py _sdk_slow).
+    "seed=4243,routers=3,topology=full,drop=0.0,dup=0.0,reorder=0.1,partitions=0,part"
+    "ition_min=0.5,partition_max=7.5,isolate=0.3,restarts=1,restart_inc=higher,unreac"
+    "hable_timeout=5.0,gossip_interval=0.5,duration=6.0,drain=60.0,publishers=4,subsc"
+    "ribers=4,messages=15,churn=1.0,flaky=0.3,slow=0.2,stall=0.1,ttl=0.0,early_settle"
+    "=0.05,presettled=0.03,presettled_subs=0.05,some_mode=0.25,override=0.1,window=8,"
+    "transfer_window=4096,max_attempts=3,survivors=1.0,pub_survivors=0.0,drop_client="
+    "0,notice=0.0,move_max=1.5,move_to=any,warm=0.0,warm_min=0.5,warm_max=3.0,reconne"
+    "ct_timeout=3.0,resume_timeout=5.0,declare=1.0,sdk=0.5,wire=0.0,mqtt=0.3,bare=0.5",
+    # likewise
+    "seed=12424,routers=2,topology=full,drop=0.0,dup=0.0,reorder=0.0,partitions=0,par"
+    "tition_min=0.5,partition_max=1.2,isolate=0.3,restarts=0,restart_inc=higher,unrea"
+    "chable_timeout=2.0,gossip_interval=0.5,duration=6.0,drain=60.0,publishers=4,subs"
+    "cribers=4,messages=15,churn=1.0,flaky=0.0,slow=0.2,stall=0.1,ttl=0.0,early_settl"
+    "e=0.05,presettled=0.03,presettled_subs=0.05,some_mode=0.25,override=0.1,window=8"
+    ",transfer_window=4096,max_attempts=3,survivors=0.8,pub_survivors=-1.0,drop_clien"
+    "t=0,notice=0.5,move_max=1.5,move_to=any,warm=1.0,warm_min=0.5,warm_max=3.0,recon"
+    "nect_timeout=1.0,resume_timeout=5.0,declare=1.0,sdk=0.5,wire=0.0,mqtt=0.3,bare=0"
+    ".0",
+    # A publisher moved from A to E with #11 (published at A) queued at C for a stalled
+    # subscriber; E's resends of #3-#11 took C's record of #11 over, so the checker took
+    # #11 for E's and the older resends behind it for out of order. That copy is A's
+    # traffic (guarantees.md: old and new router are not ordered while both are in
+    # flight): world.py NotingEngine.taken_over, checker.py on_send.
+    "seed=17511,routers=5,topology=random,drop=0.05,dup=0.0,reorder=0.1,partitions=0,"
+    "partition_min=0.5,partition_max=1.0,isolate=0.3,restarts=3,restart_inc=higher,un"
+    "reachable_timeout=2.0,gossip_interval=0.5,duration=6.0,drain=60.0,publishers=3,s"
+    "ubscribers=5,messages=15,churn=1.0,flaky=0.3,slow=0.2,stall=0.1,ttl=0.0,early_se"
+    "ttle=0.05,presettled=0.03,presettled_subs=0.05,some_mode=0.25,override=0.1,windo"
+    "w=8,transfer_window=4096,max_attempts=3,survivors=0.8,pub_survivors=-1.0,drop_cl"
+    "ient=4,notice=0.5,move_max=1.5,move_to=any,warm=1.0,warm_min=0.5,warm_max=3.0,re"
+    "connect_timeout=8.0,resume_timeout=5.0,declare=1.0,sdk=0.5,wire=0.0,mqtt=0.3,bar"
+    "e=0.5",
 ]
 
 

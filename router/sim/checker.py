@@ -444,6 +444,15 @@ class Checker:
                 # orphan the latest send, from elsewhere, has not taken over yet): that
                 # router's traffic from before the publisher moved.
                 came_from = (sub.router.id, sub.router.inc)
+            copy = next((c for c in live.copies.values() if c.sub.key == sub.key), None) \
+                if live is not None else None
+            first = sub.router.engine.taken_over.get(id(copy))
+            if first is not None and first[0] is copy:
+                # Queued from an earlier origin's forward before a resend from the latest
+                # took the record over: that origin's traffic, in its place in the queue (a
+                # publisher that moved: not ordered against its new router's resends).
+                src = self.world.routers.get(first[1])
+                came_from = (first[1], src.inc if src is not None else 0)
             last, last_from = sub.last_seq.get(msg.pub.key, (0, came_from))
             stint = msg.stints.get(came_from, 0)
             if msg.seq <= last:

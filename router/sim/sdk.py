@@ -175,8 +175,16 @@ class SdkClients:
                 sdk.core.previous_settled()
         else:
             sub.unanswered[action.tag] = (sub.copies[msg.id], sub.link, None)
-            delay = self.rng.uniform(0.2, 1.5) if sub.slow else self.rng.uniform(0.001, 0.02)
+            slow = self._sdk_slow(sub)
+            delay = self.rng.uniform(0.2, 1.5) if slow else self.rng.uniform(0.001, 0.02)
             self.after(delay, self._sdk_take, sub)
+
+    def _sdk_slow(self, sub: SubClient) -> bool:
+        """A slow application is slow until the faults stop, as over AMQP (amqp.py `_slow`):
+        then the clients are well-behaved. An SDK subscriber takes one message at a time, so
+        a slow one behind what its publishers (MQTT devices too) published meanwhile would
+        still be at it when `drain` ends, its publishers without their outcomes."""
+        return sub.slow and not self.draining
 
     def _sdk_take(self, sub: SubClient) -> None:
         """The application takes the next message and answers it a little later."""
@@ -187,7 +195,8 @@ class SdkClients:
         shown = sdk.core.take()
         if shown is None:
             return  # dropped with a lost link before the application took it
-        delay = self.rng.uniform(0.2, 1.0) if sub.slow else self.rng.uniform(0.0, 0.01)
+        slow = self._sdk_slow(sub)
+        delay = self.rng.uniform(0.2, 1.0) if slow else self.rng.uniform(0.0, 0.01)
         self.after(delay, self._sdk_answer, sub, shown)
 
     def _sdk_answer(self, sub: SubClient, shown: Any) -> None:

@@ -408,6 +408,10 @@ class NotingEngine:
     def __init__(self, engine: Engine, sent_from: dict[int, tuple[Send, object]]) -> None:
         self.core = engine
         self.sent_from = sent_from
+        # Copies queued from one origin's forward whose record a resend from another origin
+        # then took over (`Record.former`), by id: (the copy, that first origin). They keep
+        # their place in the queue, from the first origin's traffic (see Checker.on_send).
+        self.taken_over: dict[int, tuple[object, str]] = {}
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.core, name)
@@ -415,7 +419,13 @@ class NotingEngine:
     def handle(self, event: ev.Event) -> Any:
         core = self.core
         start = core.actions_pending()
+        rec = core.find(event.msg_id) if type(event) is ev.RemoteMessage else None
+        first = rec.origin if rec is not None else None
+        queued = list(rec.copies.values()) if first is not None else []
         result = core.handle(event)
+        if first is not None and rec.origin != first:  # type: ignore[union-attr]
+            for copy in queued:
+                self.taken_over.setdefault(id(copy), (copy, first))
         for action in core.peek_actions(start):
             if type(action) is Send:
                 rec = core.find(action.tag.decode())
