@@ -374,6 +374,11 @@ class AmqpConnection:
         ls = self.links.get(link)
         if ls is None or ls.is_publisher:
             return
+        if self.engine.actions_pending():
+            # Sends the engine made for earlier events of this batch are not on the link
+            # yet: proton's credit would count them as unused, and the engine's credit
+            # (absolute) be too high by that many.
+            self.node.flush()
         self.engine.handle(ev.SubscriberCredit(self._now, ls.id, pn.link_credit(link)))
         if pn.link_drain(link):
             self._drain_check.add(ls)

@@ -918,6 +918,8 @@ class Engine(FailoverMixin):
     def _decide(self, rec: Record) -> None:
         """Tell the publisher (or, for a message from another router, its origin) as soon as
         the outcome is certain. Parts are local copies and other routers' verdicts."""
+        if rec.former and rec.origin is None:
+            self._answer_former(rec)
         if rec.outcome is not None or rec.presettled:
             if rec.answered is not None and rec.origin is not None:
                 self._answer_more(rec)
@@ -976,6 +978,25 @@ class Engine(FailoverMixin):
             self._actions.append(verdict)
             if rec.former:
                 self._tell_former(rec, verdict)
+
+    def _answer_former(self, rec: Record) -> None:
+        """Our own record answered other origins before (`Record.former`: a destination's
+        record its publisher resent here, failover.py `_adopt_for_publisher`): their records
+        still wait for the copies here, each answered for once it is done."""
+        answered = rec.answered if rec.answered is not None else set()
+        done = [c for c in rec.copies.values()
+                if c.state in (ACCEPTED_STATE, FAILED) and c.sub.key not in answered]
+        if done:
+            keys = [c.sub.key for c in done]
+            answered.update(keys)
+            rec.answered = answered
+            failed = [c for c in done if c.state == FAILED]
+            # (the copies here only: its parts elsewhere are no business of theirs)
+            status = {"succeeded": [c.sub.label for c in done if c.state == ACCEPTED_STATE],
+                      "failed": [c.sub.label for c in failed], "pending": [],
+                      "reasons": {c.sub.label: c.reason for c in failed}}
+            for origin in rec.former:
+                self._actions.append(Verdict(origin, rec.id, False, status, keys))
 
     def _tell_former(self, rec: Record, verdict: Verdict) -> None:
         """The same verdict to the origins `rec` answered before its current one

@@ -546,6 +546,12 @@ class FailoverMixin:
             # second record would send those subscribers a second copy. It takes this one.
             rec.pub_settled = False
             rec.final = None
+        if rec is not None and rec.publisher is not None and rec.pub_settled \
+                and rec.origin is None:
+            # Its own record, settled on an older link of this publisher (mode first settles
+            # as the outcome goes out, on a connection that may be dead unnoticed) and still
+            # owed to someone: the publisher never got that outcome. It takes the record.
+            self._unsettle(rec)
         if rec is not None and rec.publisher is None and not rec.pub_settled:
             self._adopt_for_publisher(rec, pub, tag, settled)
             return True
@@ -555,6 +561,21 @@ class FailoverMixin:
             self._hold_for_settlement(pub, done, self._tombstones[msg_id])  # type: ignore[arg-type]
             return True
         return False
+
+    def _unsettle(self: Engine, rec: Record) -> None:
+        """Live record `rec`, which its publisher's link settled (`PublisherSettled`), is
+        resent by that publisher, here or at another router: it did not get the outcome
+        (in receiver-settle-mode first the router settles as it sends the outcome, and a
+        connection that died unnoticed delivers neither). The settlement is void: the record
+        waits for the resend's link, as an orphan would (one record per message id), and
+        leaves the old link's window."""
+        old = rec.publisher
+        rec.publisher = None
+        rec.pub_settled = False
+        if old is not None:
+            old.live -= 1
+            if self.publishers.get(old.link) is old:
+                self._refill(old)
 
     def _adopt_for_publisher(
         self: Engine, rec: Record, pub: Publisher, tag: bytes, settled: bool,
@@ -568,6 +589,11 @@ class FailoverMixin:
         # Its own origin record (the publisher's connection to us dropped): that knows
         # exactly who is owed. Not a destination's record, nor one handed over.
         published_here = bool(rec.pub_tag) and rec.origin is None
+        if rec.origin is not None and rec.origin not in rec.former:
+            # The origin it answered may hold a record its publisher settled (mode first,
+            # on a connection that died unnoticed), which no resend reaches and which never
+            # times out: it goes on hearing about the copies here (`_answer_former`).
+            rec.former = (*rec.former, rec.origin)
         self._adopt(rec, renumber=not published_here)
         rec.publisher, rec.pub_tag = pub, tag
         rec.partial = False  # it answers this publisher for the whole mesh now
@@ -684,7 +710,12 @@ class FailoverMixin:
             released = None
             remotes: tuple[str, ...] = ()
             told = None
-            if rec is not None and rec.publisher is not None and not rec.pub_settled:
+            if rec is not None and rec.publisher is not None and rec.pub_settled \
+                    and rec.origin is None:
+                # Settled on its publisher's link, which never got the outcome: it resent it
+                # at `origin`, which this record answers from now on (`_unsettle`).
+                self._unsettle(rec)
+            elif rec is not None and rec.publisher is not None and not rec.pub_settled:
                 released = self._release_from_publisher(rec)
                 remotes = tuple(rec.peers)
                 told = rec.outcome  # its publisher's record: decided means told

@@ -57,7 +57,6 @@ Not modelled: heartbeats and idle timeouts (no `transport.tick`), proton's capac
 from __future__ import annotations
 
 import itertools
-import os
 from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -88,22 +87,6 @@ if TYPE_CHECKING:
     from .world import PubClient, SimRouter, SubClient, World
 
     Client = PubClient | SubClient
-
-# Router bugs the wire clients find that are still open: each is passed over (and counted in
-# the summary) unless EXACTMESH_SIM_STRICT=1, so that runs go on to find others.
-OPEN_BUGS = {
-    # The engine sends copies beyond a subscriber's link credit. `AmqpConnection._on_flow`
-    # hands the engine `SubscriberCredit(pn_link_credit(link))` in the middle of a batch of
-    # proton events: Sends the engine made for earlier events of that batch are not applied
-    # yet (the node loop flushes after the batch), so proton's credit does not count them and
-    # the engine's credit, absolute, is too high by that many. Proton holds what goes beyond
-    # the credit until the subscriber grants more (nothing beyond it is on the wire), but the
-    # engine counts those copies SENT. Replay: `exactmesh sim --seeds 1004 --set
-    # sdk=1.0,wire=1.0` with EXACTMESH_SIM_STRICT=1.
-    "credit": "copies sent beyond a subscriber's link credit (SubscriberCredit read "
-              "mid-batch)",
-}
-STRICT_CREDIT = bool(os.environ.get("EXACTMESH_SIM_STRICT"))
 
 _STATES = {Delivery.ACCEPTED: "accepted", Delivery.REJECTED: "rejected",
            Delivery.RELEASED: "released", Delivery.MODIFIED: "modified"}
@@ -244,7 +227,7 @@ class AmqpSide:
         self._serial = itertools.count(1)
         self.counts = {"connections": 0, "bytes_up": 0, "bytes_down": 0, "noticed": 0,
                        "retold": 0, "retold_changed": 0, "declared_unseen": 0,
-                       "outcomes": 0, "suppressed": 0, "over_credit": 0}
+                       "outcomes": 0, "suppressed": 0}
 
     # ------------------------------------------------------------------ the world's calls
 
@@ -457,13 +440,6 @@ class AmqpSide:
         if kind is Send:
             # The credit the router's proton link has: the engine sends only within it.
             sub.credit = pn.link_credit(link_state.ptr)
-            if sub.credit <= 0 and not STRICT_CREDIT:
-                # OPEN_BUGS["credit"]: proton holds the transfer until the subscriber grants
-                # more; counted, and the checker's credit check passed over.
-                self.counts["over_credit"] += 1
-                world.log(f"{wc.router.id} sends {sub.label} a copy beyond its link credit "
-                          f"({sub.credit}): proton holds it (open bug)")
-                sub.credit = 1
             msg = checker.on_send(sub, action, id(rec) if rec is not None else -1)
             if not action.settled:
                 sub.router_unsettled[action.tag] = None

@@ -279,9 +279,12 @@ class Checker:
         era = msg.eras.get((r.id, r.inc))
         # Its outcome, kept after the record was forgotten: the answer comes from that.
         stone = rec is None and r.engine.remembered(msg.id) is not None
+        # Its record there, orphaned, or settled on the lost link as the outcome went out
+        # (receiver-settle-mode first; the outcome died with the link): the resend takes it.
         exact = stone or (era is not None and (
             rec is not None and rec.pub_tag == msg.tag and rec.origin is None
-            and rec.publisher is None and not rec.pub_settled))
+            and ((rec.publisher is None and not rec.pub_settled)
+                 or (rec.publisher is not None and rec.pub_settled))))
         gone_for = now - (pub.lost_at or 0.0)
         noticed = not any(link in r.engine.publishers for link in pub.lost_links)
         if (r is msg.origin and not r.dead and not exact and not msg.rebuilt and noticed

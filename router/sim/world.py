@@ -36,8 +36,8 @@ run by the SDK's own state machines, `amqp_edge.sdk_core` (router/sim/sdk.py): w
 declare, send again, answer from their store and grant as credit is the SDK's code, not a
 model of it. The others model whatever any AMQP client may do.
 
-A share of those SDK clients (`wire`; none by default, and not in the failover seeds yet:
-tests/test_simulation.py WIRE_OPEN_BUGS) talk to their router over AMQP instead
+A share of those SDK clients (`wire`; none by default, none, half or all of them in a
+failover seed's run) talk to their router over AMQP instead
 (router/sim/amqp.py): the SDK's cores drive a client-side proton engine, each attach is a
 new connection, and the router's side is the real `amqp_edge.connection.AmqpConnection` on
 the router's `SimRuntime` (router/sim/mqtt.py), fed bytes and drained as `amqp_edge.server`
@@ -270,6 +270,7 @@ class Params:
             warm_max=rng.choice([1.0, 3.0, 5.0]),
             reconnect_timeout=rng.choice([1.0, 3.0, 8.0]),
             sdk=random.Random(f"exactmesh-sdk-{seed}").choice([0.0, 0.5, 1.0]),
+            wire=random.Random(f"exactmesh-wire-{seed}").choice([0.0, 0.5, 1.0]),
             # MQTT devices in a third of the runs (mqtt_from_seed: in all of them, more).
             mqtt=random.Random(f"exactmesh-mqtt-share-{seed}").choice([0.0, 0.0, 0.3]),
             bare=random.Random(f"exactmesh-bare-{seed}").choice([0.0, 0.5]),
