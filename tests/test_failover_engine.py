@@ -391,8 +391,8 @@ def test_an_attach_that_subscribes_afresh_is_not_sent_what_an_ended_subscription
 ) -> None:
     """Failover seed 55720: the warm subscriber at C stayed away past its timeout, so C failed
     2 for it, but that verdict was held up on its way to A. It subscribed afresh at C and got
-    3, then moved to B. 2 was owed to the subscription that ended: A fails it when it hears
-    of the fresh one, and resends B only 3 (2 would have come after 3)."""
+    3, then moved to B. 2 was owed to the subscription that ended: A leaves it to C's verdict,
+    resends B only 3 (2 would have come after 3), and 2 fails when that verdict comes."""
     w = Wire("A", "B", "C")
     carry = w._carry
     held: list[Verdict] = []
@@ -415,9 +415,7 @@ def test_an_attach_that_subscribes_afresh_is_not_sent_what_an_ended_subscription
     w.pump(1.5)
     assert held and outcomes(w, "A") == {}
     subscribe(w, "C", 2, gen=2, warm=0.5, now=2.0)  # afresh: the old one ended
-    (outcome,) = outcomes(w, "A").values()  # 2 failed, named, without C's verdict
-    assert isinstance(outcome, Rejected)
-    assert outcome.info["failed"] == ["billing/sub/billing@C"]
+    assert outcomes(w, "A") == {}  # 2 waits for C's verdict on the ended subscription
     publish(w, "A", 9, [b"3"], now=2.1)
     assert [s.tag for s in w.take("C", Send)] == [tag_of(b"3")]
     w["B"].attach_subscriber(3, SUB, "orders/#", warm_timeout=0.5, gen=3, now=3.0)
@@ -428,3 +426,76 @@ def test_an_attach_that_subscribes_afresh_is_not_sent_what_an_ended_subscription
                                            action.timeout, since=action.since, now=3.0)
     resends = [a for a in w["A"].take_actions() if isinstance(a, Forward)]
     assert [(f.msg_id, f.owed) for f in resends] == [(tag_of(b"3").decode(), {"B": [SUB.key]})]
+    for verdict in held:  # C's verdict comes at last: 2 failed, named at C
+        carry("C", verdict, 3.5)
+    w.pump(3.5)
+    (outcome,) = outcomes(w, "A").values()
+    assert isinstance(outcome, Rejected)
+    assert outcome.info["failed"] == ["billing/sub/billing@C"]
+
+
+def _ended_at_c_with_a_held_verdict(w: Wire) -> list[Verdict]:
+    """A non-warm subscriber at C accepts 1, whose verdict is held up on its way to A; its
+    connection drops (its subscription ends at C) and it attaches at C again, afresh."""
+    carry = w._carry
+    held: list[Verdict] = []
+
+    def hold_verdicts_of_c(src: str, action: object, now: float) -> None:
+        if src == "C" and isinstance(action, Verdict):
+            held.append(action)
+        else:
+            carry(src, action, now)
+
+    w._carry = hold_verdicts_of_c  # type: ignore[method-assign]
+    subscribe(w, "C", 1, gen=1, warm=None)
+    w["A"].attach_publisher(9, PUB, "orders/eu", "all")
+    publish(w, "A", 9, [b"1"])
+    accept(w, "C", 1, w.take("C", Send))
+    w["C"].detach_subscriber(1, final=False, now=1.0)
+    w.pump(1.0)
+    w["A"].tick(2.0)  # (A's clock: gossip carries no time)
+    subscribe(w, "C", 2, gen=2, warm=None, now=2.0)
+    w._carry = carry  # type: ignore[method-assign]
+    return held
+
+
+def test_an_ended_subscriptions_part_waits_for_its_routers_verdict() -> None:
+    """Failover seed f33945: A hears the fresh attach (`since` 2) before C's verdict that the
+    ended subscription accepted 1. A neither fails 1 at once (naming a subscriber that
+    processed it) nor resends it: it waits, and C's verdict decides it."""
+    w = Wire("A", "C")
+    held = _ended_at_c_with_a_held_verdict(w)
+    assert held and outcomes(w, "A") == {}
+    assert not [a for a in w["A"].take_actions() if isinstance(a, Forward)]
+    (rec,) = w["A"].engine.records.values()
+    assert rec.peers[SUB.key].ended == 2.0 + 30.0  # its deadline (`reconnect-timeout`)
+    for verdict in held:
+        w._carry("C", verdict, 2.5)
+    w.pump(2.5)
+    assert outcomes(w, "A") == {b"1": ACCEPTED}
+
+
+def test_an_ended_subscriptions_part_fails_when_no_verdict_comes_in_time() -> None:
+    """The verdict never comes (lost with the link, or dropped by C): the part fails, named,
+    at its deadline, `reconnect-timeout` after A heard of the fresh attach."""
+    w = Wire("A", "C", reconnect=8.0)
+    assert _ended_at_c_with_a_held_verdict(w)
+    w["A"].tick(9.9)
+    w.pump(9.9)
+    assert outcomes(w, "A") == {}
+    w["A"].tick(10.0)
+    w.pump(10.0)
+    (outcome,) = outcomes(w, "A").values()
+    assert isinstance(outcome, Rejected)
+    assert outcome.info["failed"] == ["billing/sub/billing@C"]
+    assert "detached before accepting it" in str(outcome.info)
+
+
+def test_an_ended_subscriptions_part_fails_when_its_router_is_lost() -> None:
+    """The router that would answer for the ended subscription restarts: no verdict comes."""
+    w = Wire("A", "C")
+    assert _ended_at_c_with_a_held_verdict(w)
+    w.crash("C", now=3.0)
+    (outcome,) = outcomes(w, "A").values()
+    assert isinstance(outcome, Rejected)
+    assert "detached before accepting it" in str(outcome.info)

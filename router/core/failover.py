@@ -36,6 +36,7 @@ from .transitions import (
     add_part,
     adopt_as_origin,
     adopt_for,
+    await_ended,
     drop_copy,
     drop_part,
     drop_parts,
@@ -104,6 +105,9 @@ class FailoverMixin:
         # newer attach of them heard of since, with its attach generation, the last
         # `tombstones` of them: an attach of one here starts afresh (`_continued_since`).
         self._ended: OrderedDict[str, int] = OrderedDict()
+        # Parts of our records owed to a subscription that ended, waiting for the verdict of
+        # the router they are owed at (`_end_earlier`): (deadline, delivery id, key).
+        self._ended_parts: list[tuple[float, str, str]] = []
 
     # ------------------------------------------------------------------ where subscribers are
 
@@ -206,7 +210,8 @@ class FailoverMixin:
             del self._where[key]
             meta = self._remote_meta.pop(key, None)
             if any((p := rec.peers.get(key)) is not None and p.state == PartState.PENDING
-                   and p.router == router for rec in self.records.values()):
+                   and p.router == router and p.ended is None
+                   for rec in self.records.values()):
                 wait = (meta[1] if meta is not None else 0.0) or self.config.reconnect_timeout
                 deadline = self._now + wait
                 self._left[key] = (deadline, router, wait)
@@ -230,7 +235,8 @@ class FailoverMixin:
         self._held.pop(key, None)  # they become copies here, with the rest
         owed = sorted((rec for rec in self.records.values()
                        if (p := rec.peers.get(key)) is not None
-                       and p.state == PartState.PENDING), key=lambda r: r.seq)
+                       and p.state == PartState.PENDING and p.ended is None),
+                      key=lambda r: r.seq)
         for rec in owed:
             drop_part(rec, key)  # the part becomes a copy, which counts instead
             self._add_copy(rec, sub)
@@ -328,14 +334,14 @@ class FailoverMixin:
             [rec for rec in held if rec.seq in self.records] + [
                 rec for rec in self.records.values()
                 if (p := rec.peers.get(key)) is not None
-                and p.state == PartState.PENDING
+                and p.state == PartState.PENDING and p.ended is None
                 and (force or p.router != router or rec.orphan_until is not None)]),
             key=lambda r: r.seq)
         waiting: set[Any] = set()  # the publishers of the orphans met so far
         for rec in owed:
             part = rec.peers.get(key)
-            if part is None or part.state != PartState.PENDING:
-                continue
+            if part is None or part.state != PartState.PENDING or part.ended is not None:
+                continue  # (one owed to a subscription that ended stays: `_end_earlier`)
             if rec.orphan_until is not None:
                 # Not held itself: `_resend_parts` sends it. But it is owed there now, so that
                 # if it leaves there too, its part waits for it as the others do (`_left`).
@@ -371,7 +377,7 @@ class FailoverMixin:
                 for rec in sorted(recs, key=lambda r: r.seq):
                     part = rec.peers.get(key)
                     if (rec.seq in self.records and part is not None
-                            and part.state == PartState.PENDING):
+                            and part.state == PartState.PENDING and part.ended is None):
                         move_part(rec, part, Step.FAIL, "detached before accepting it")
                         self._decide(rec)
                         self._maybe_forget(rec)
@@ -420,7 +426,9 @@ class FailoverMixin:
             for part in list(rec.peers.values()):
                 if part.state != PartState.PENDING or part.router != router:
                     continue
-                if part.key in self._away:
+                if part.ended is not None:  # its verdict will not come now
+                    move_part(rec, part, Step.FAIL, "detached before accepting it")
+                elif part.key in self._away:
                     part.router = None
                 else:
                     move_part(rec, part, Step.FAIL, reason)
@@ -447,25 +455,46 @@ class FailoverMixin:
     def _end_earlier(self: Engine, key: str, since: int) -> None:
         """Subscriber `key` subscribed afresh at attach generation `since`: what our records
         still owe an attach of it before that was owed to a subscription that ended (it
-        closed, or stayed away past its timeout, and its router failed what it held), and
-        fails here too. It does not follow the new subscription, which is owed nothing
-        published before it and may have been sent newer messages already: the older ones
-        would come after those. Nor does it wait for that router's verdicts, which may be
-        held up behind others (or never come, if it had in fact moved on from there)."""
+        closed, or stayed away past its timeout, and its router failed what it held). It does
+        not follow the new subscription, which is owed nothing published before it and may
+        have been sent newer messages already: the older ones would come after those. Nor
+        does it fail here and now: the router it is owed at answers for the ended
+        subscription, which may have accepted it, and that verdict may be held up behind
+        others on its channel. It waits for that verdict for `reconnect-timeout` (the same
+        bound an orphan waits for a resend), then fails (`_tick_failover`); at once if
+        that router is lost already (it will not answer), or when it is (`_peer_lost`)."""
         if not since:
             return  # not known: it may have moved, and what it was owed follows it
+        until = self._now + self.config.reconnect_timeout
+        waiting = False
         for rec in sorted(self.records.values(), key=lambda r: r.seq):
             part = rec.peers.get(key)
-            if part is not None and part.state == PartState.PENDING and part.gen < since:
+            if (part is None or part.state != PartState.PENDING or part.gen >= since
+                    or part.ended is not None):
+                continue
+            if part.router is None:  # away from a lost router: no verdict will come
                 move_part(rec, part, Step.FAIL, "detached before accepting it")
                 self._decide(rec)
                 self._maybe_forget(rec)
+                continue
+            await_ended(part, until)
+            heapq.heappush(self._ended_parts, (until, rec.id, key))
+            waiting = True
+        if waiting:
+            self._note_deadline(until)
+        held = self._held.get(key)
+        if held:  # (held ones owed to the ended subscription are not sent once released)
+            held[:] = [rec for rec in held
+                       if (p := rec.peers.get(key)) is None or p.ended is None]
+            if not held:
+                del self._held[key]
 
     def _fail_key(self: Engine, key: str, router: str | None, reason: str) -> None:
         """Fail every pending part for `key` owed at `router` (None: away)."""
         for rec in sorted(self.records.values(), key=lambda r: r.seq):
             part = rec.peers.get(key)
-            if part is not None and part.state == PartState.PENDING and part.router == router:
+            if (part is not None and part.state == PartState.PENDING and part.router == router
+                    and part.ended is None):  # (an ended one waits for its verdict)
                 move_part(rec, part, Step.FAIL, reason)
                 self._decide(rec)
                 self._maybe_forget(rec)
@@ -636,7 +665,8 @@ class FailoverMixin:
         me = self.config.router_id
         for key, part in rec.peers.items():
             where = self._where.get(key)
-            if part.state == PartState.PENDING and where is not None and where[1] != me:
+            if (part.state == PartState.PENDING and where is not None and where[1] != me
+                    and part.ended is None):  # (one owed to an ended subscription stays)
                 part.router = part.last = where[1]
                 part.gen = where[0]
                 self._send_part(rec, key, where[1])
@@ -988,6 +1018,17 @@ class FailoverMixin:
                 _, router, wait = entry
                 self._fail_key(key, router, f"did not reattach within {wait:g} s after "
                                             f"leaving router {router}")
+        ended = self._ended_parts
+        me = self.config.router_id
+        while ended and ended[0][0] <= now:
+            until, msg_id, key = heapq.heappop(ended)
+            rec = self._mesh_records.get((me, msg_id))
+            part = rec.peers.get(key) if rec is not None else None
+            if (rec is not None and part is not None and part.state == PartState.PENDING
+                    and part.ended == until):  # its router did not answer for it in time
+                move_part(rec, part, Step.FAIL, "detached before accepting it")
+                self._decide(rec)
+                self._maybe_forget(rec)
         orphans = self._orphans
         while orphans and orphans[0][0] <= now:
             until, seq = heapq.heappop(orphans)
@@ -1006,7 +1047,8 @@ class FailoverMixin:
 
     def _failover_deadlines(self: Engine) -> list[float]:
         out = []
-        for heap in (self._away_expiry, self._orphans, self._holds, self._left_expiry):
+        for heap in (self._away_expiry, self._orphans, self._holds, self._left_expiry,
+                     self._ended_parts):
             if heap:
                 out.append(heap[0][0])
         return out

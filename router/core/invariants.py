@@ -105,6 +105,10 @@ def _check_deadlines(engine: Engine) -> None:
                 raise _fail(rec, f"its ttl ran out at {rec.expires} but copies are still owed")
             if any(p.state == PartState.PENDING for p in rec.peers.values()):
                 raise _fail(rec, f"its ttl ran out at {rec.expires} but parts are still owed")
+        for part in rec.peers.values():
+            if part.state == PartState.PENDING and part.ended is not None and part.ended <= now:
+                raise _fail(rec, f"its part for {part.label}, owed to a subscription that "
+                                 f"ended, still waits for a verdict past {part.ended}")
         if rec.orphan_until is not None and rec.orphan_until <= now:
             raise _fail(rec, f"still waits for its publisher past {rec.orphan_until}")
     for sub in engine.subscribers.values():

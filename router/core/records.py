@@ -170,7 +170,7 @@ class PeerPart:
     at (None while that router is lost and the subscriber has not reattached elsewhere), the
     attach generation it is owed to there, and where it stands."""
 
-    __slots__ = ("gen", "key", "last", "reason", "router", "state")
+    __slots__ = ("ended", "gen", "key", "last", "reason", "router", "state")
 
     def __init__(self, router: str | None, key: str, last: str = "", gen: int = 0) -> None:
         self.router = router
@@ -178,6 +178,10 @@ class PeerPart:
         # The subscriber's attach generation there, as far as the origin knows: an attach
         # that subscribed afresh after it is not owed this part (failover.py _end_earlier).
         self.gen = gen
+        # Set once the subscriber subscribed afresh after `gen`: the part was owed to a
+        # subscription that ended, and it waits until then for the verdict of `router`, which
+        # answers for that one; it is not moved (failover.py _end_earlier).
+        self.ended: float | None = None
         self.key = key
         self.state = PartState.PENDING
         self.reason = ""

@@ -29,7 +29,9 @@ Peer parts (one subscriber at another router, as the origin sees it):
     PENDING   WITHDRAW          WITHDRAWN   the publisher stopped tracking the message
 
 A copy or part can also be added (`add_copy`, `add_part`) or dropped (`drop_copy`,
-`drop_part`): a subscriber that moved to another router takes its part with it.
+`drop_part`): a subscriber that moved to another router takes its part with it. A PENDING
+part owed to a subscription that ended stays PENDING but is marked (`await_ended`): it waits
+until a deadline for the verdict of the router it is owed at, and is not moved elsewhere.
 
 Records (whose record it is, `records.Role`):
 
@@ -189,6 +191,15 @@ def move_part(rec: Record, part: PeerPart, step: Step, reason: str = "") -> None
     _part_delta(rec, new, 1)
     part.state = new
     part.reason = reason
+
+
+def await_ended(part: PeerPart, until: float) -> None:
+    """A PENDING part was owed to a subscription that ended: it stays at its router, whose
+    verdict answers for that subscription, and fails if none comes by `until`."""
+    if part.state != PartState.PENDING or part.router is None:
+        raise IllegalTransition(
+            f"part for {part.label}: {part.state.name} at {part.router} cannot await a verdict")
+    part.ended = until
 
 
 def drop_part(rec: Record, key: str) -> PeerPart:
