@@ -573,10 +573,15 @@ class Engine(FailoverMixin):
             if self._released and msg_id in self._released:
                 # Taken from our publisher by a resend from `origin` (failover.py): tell that
                 # publisher the outcome; without one, the record is its again.
-                if rec.final is not None:
+                if rec.final is not None and self._released_answered(rec, rec.final):
                     self._answer_released(rec, rec.final)
-                elif self._reclaim(rec):
-                    return
+                else:
+                    # No outcome, or one that need not cover what the publisher's record
+                    # owed elsewhere when the resend took it: the record is its again.
+                    final, rec.final = rec.final, None
+                    if self._reclaim(rec):
+                        return
+                    rec.final = final
             if rec.outcome is None and rec.former:
                 # It stopped tracking it without an outcome, but an origin this record
                 # answered before may be where the publisher waits (`Record.former`): what is

@@ -28,8 +28,8 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from .actions import CloseLink, Decide, Forward, Outcome, Subscribed, Verdict
-from .records import CopyState, PartState, Publisher, Record, Subscriber
+from .actions import ACCEPTED, CloseLink, Decide, Forward, Outcome, Subscribed, Verdict
+from .records import ALL, CopyState, PartState, Publisher, Record, Subscriber
 from .topics import matches
 from .transitions import (
     Step,
@@ -92,10 +92,11 @@ class FailoverMixin:
         # Records a resend from another router took from a publisher still attached here
         # (`_release_from_publisher`), by delivery id: the publisher link and its tag. That
         # resend may be stale (sent before the publisher moved here); see `_reclaim`. With
-        # them, the remote subscribers it was owed to then (their parts were dropped), and
+        # them, the remote subscribers it was owed to then, each with the router it was owed
+        # at (their parts were dropped; the resend's origin need not owe them), and
         # the outcome that publisher was told already, if any (it is not told twice).
         self._released: dict[
-            str, tuple[Publisher, bytes, tuple[str, ...], Outcome | None]] = {}
+            str, tuple[Publisher, bytes, tuple[tuple[str, str | None], ...], Outcome | None]] = {}
         # Remote subscribers that left the router our records still owe them at, with no
         # news of where they went: (deadline, that router, wait) by key (see
         # `_remote_subscriber_removed`), and the deadlines as a heap.
@@ -608,12 +609,14 @@ class FailoverMixin:
 
     def _adopt_for_publisher(
         self: Engine, rec: Record, pub: Publisher, tag: bytes, settled: bool,
-        reclaimed: tuple[str, ...] | None = None, told: Outcome | None = None,
+        reclaimed: tuple[tuple[str, str | None], ...] | None = None,
+        told: Outcome | None = None,
     ) -> None:
         """`pub` (attached here) owns live record `rec` of its delivery `tag` from now on:
         this router becomes its origin and answers the publisher for the whole mesh.
         `reclaimed`: it was that publisher's record here already (`_reclaim`), owed to these
-        remote subscribers when a stale resend took it; it is owed to nobody new. `told`:
+        remote subscribers (at these routers) when a stale resend took it; it is owed to them
+        again (`_owe_reclaimed`) and to nobody new. `told`:
         the outcome the publisher had been told before then; it is not told again."""
         # Its own origin record (the publisher's connection to us dropped): that knows
         # exactly who is owed. Not a destination's record, nor one handed over.
@@ -639,13 +642,16 @@ class FailoverMixin:
             self._resend_parts(rec)
             self._release_held()
         decided = rec.outcome
-        if rec.peers or (not published_here and self._remote_owed(rec)):
+        if rec.peers or reclaimed or (not published_here and self._remote_owed(rec)):
             rec.outcome = None  # it answers to this publisher across the mesh now
             decided = None
         if not published_here:
             # Remote parts first: a new local copy can be accepted as it is sent (a
             # pre-settled subscriber), and the record must not be decided without them.
-            self._owe_new_remotes(rec, reclaimed)
+            self._owe_new_remotes(rec, None if reclaimed is None else
+                                  tuple(k for k, _ in reclaimed))
+            if reclaimed:
+                self._owe_reclaimed(rec, reclaimed)
             if reclaimed is None and self._owe_new_locals(rec):
                 decided = None
         if told is not None:
@@ -656,6 +662,19 @@ class FailoverMixin:
             self._actions.append(Decide(pub.link, tag, decided))
         elif rec.outcome is None:  # (else a new copy, accepted as sent, decided it)
             self._decide(rec)
+
+    def _owe_reclaimed(self: Engine, rec: Record,
+                       reclaimed: tuple[tuple[str, str | None], ...]) -> None:
+        """A reclaimed record is owed again to the remote subscribers it was owed to when the
+        stale resend took it, at the router each was owed at, also where gossip no longer
+        matches one (it left there since): that router answers for it (from its record or
+        tombstone, or as a new message for a subscriber gone), so none counts unheard of."""
+        local = {c.sub.key for c in rec.copies.values()}
+        again = tuple((r, k) for k, r in reclaimed
+                      if r is not None and r != self.config.router_id
+                      and k not in rec.peers and k not in local)
+        if again:
+            self._forward(rec, again, self._ttl_left(rec), resend=True)
 
     def _resend_parts(self: Engine, rec: Record) -> None:
         """Our own record comes out of orphanhood: what it still owes goes again to where
@@ -738,7 +757,7 @@ class FailoverMixin:
         if rec is None:
             rec = self._carrier(msg_id)
             released = None
-            remotes: tuple[str, ...] = ()
+            remotes: tuple[tuple[str, str | None], ...] = ()
             told = None
             if rec is not None and rec.publisher is not None and rec.pub_settled \
                     and rec.origin is None:
@@ -747,7 +766,8 @@ class FailoverMixin:
                 self._unsettle(rec)
             elif rec is not None and rec.publisher is not None and not rec.pub_settled:
                 released = self._release_from_publisher(rec)
-                remotes = tuple(rec.peers)
+                # (each with the router it was owed at: the resend's origin need not owe it)
+                remotes = tuple((k, p.router) for k, p in rec.peers.items())
                 told = rec.outcome  # its publisher's record: decided means told
             if rec is None or rec.publisher is not None or rec.pub_settled:
                 if rec is None and msg_id in self._tombstones:
@@ -862,7 +882,7 @@ class FailoverMixin:
 
     def _drop_released(
         self: Engine, msg_id: str
-    ) -> tuple[Publisher, bytes, tuple[str, ...], Outcome | None] | None:
+    ) -> tuple[Publisher, bytes, tuple[tuple[str, str | None], ...], Outcome | None] | None:
         """Forget that `msg_id` was released from a publisher here (`_released`): it no longer
         counts in that link's window. Returns its entry there, if it was."""
         entry = self._released.pop(msg_id, None)
@@ -888,6 +908,17 @@ class FailoverMixin:
             return False
         self._adopt_for_publisher(rec, pub, tag, False, remotes, told)
         return True
+
+    def _released_answered(self: Engine, rec: Record, outcome: Outcome) -> bool:
+        """Whether the mesh-wide `outcome` of the origin `rec` was released to answers its
+        publisher here (`_answer_released`). That origin's record need not have been owed
+        to the remote subscribers ours was when the resend took it (a stale resend, from a
+        router that did not know them): an acceptance in mode 'all' (or a failure in another
+        mode) says nothing about them, and the record is reclaimed to hear from them."""
+        _, _, remotes, told = self._released[rec.id]
+        if not remotes or told is not None:
+            return True
+        return (outcome is ACCEPTED) != (rec.mode == ALL)
 
     def _answer_released(self: Engine, rec: Record, outcome: Outcome) -> None:
         """The origin `rec` was released to forgot it with the mesh-wide `outcome`: the
