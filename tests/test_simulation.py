@@ -151,6 +151,11 @@ def failover_params(seed: int) -> Params:
     return params if ALL_FAULTS else dataclasses.replace(params, **OPEN_BUGS_OFF)
 
 
+def failed_seed(seed: int, failure: SimFailure) -> str:
+    """One line per failed seed in a sweep's report: what broke, then its replay spec."""
+    return f"seed {seed}: {failure.what.splitlines()[0][:200]}\n    {failure.params.spec()}"
+
+
 def test_failover_simulations() -> None:
     """EXACTMESH_SIM_FAILOVER (default 1000) failover seeds from EXACTMESH_SIM_FAILOVER_FROM
     (default 1000), the same ones every run; all failures at once. The long sweep goes
@@ -162,8 +167,7 @@ def test_failover_simulations() -> None:
         try:
             run(failover_params(seed))
         except SimFailure as failure:
-            failures.append(f"seed {seed}: {failure.what.splitlines()[0][:200]}\n    "
-                            f"{failure.params.spec()}")
+            failures.append(failed_seed(seed, failure))
     assert not failures, f"{len(failures)} of {count} seeds failed:\n" + "\n".join(failures)
 
 
@@ -178,8 +182,7 @@ def test_sdk_client_simulations() -> None:
         try:
             world = run(params)
         except SimFailure as failure:
-            failures.append(f"seed {seed}: {failure.what.splitlines()[0][:200]}\n    "
-                            f"{failure.params.spec()}")
+            failures.append(failed_seed(seed, failure))
             continue
         resent += world.moves["resent"]
         sdk_lines += sum(getattr(c, "sdk", None) is not None for c in world.all_clients)
@@ -210,8 +213,7 @@ def test_wire_client_simulations() -> None:
         try:
             world = run(wire_params(seed))
         except SimFailure as failure:
-            failures.append(f"seed {seed}: {failure.what.splitlines()[0][:200]}\n    "
-                            f"{failure.params.spec()}")
+            failures.append(failed_seed(seed, failure))
             continue
         assert all(c.wire is not None for c in world.all_clients)
         for name, n in [*world.amqp.counts.items(), *world.moves.items()]:
@@ -232,8 +234,7 @@ def test_wire_and_engine_clients_together() -> None:
         try:
             world = run(dataclasses.replace(failover_params(seed), wire=0.5))
         except SimFailure as failure:
-            failures.append(f"seed {seed}: {failure.what.splitlines()[0][:200]}\n    "
-                            f"{failure.params.spec()}")
+            failures.append(failed_seed(seed, failure))
             continue
         wire += len(world.amqp.clients)
     assert not failures, f"{len(failures)} of 100 seeds failed:\n" + "\n".join(failures)
@@ -252,8 +253,7 @@ def test_long_failover_seed_sweep() -> None:
         try:
             run(failover_params(seed))
         except SimFailure as failure:
-            failures.append(f"seed {seed}: {failure.what.splitlines()[0][:200]}\n    "
-                            f"{failure.params.spec()}")
+            failures.append(failed_seed(seed, failure))
     assert not failures, f"{len(failures)} of {count} seeds failed:\n" + "\n".join(failures)
 
 
@@ -1750,8 +1750,7 @@ def test_mqtt_simulations() -> None:
             world = run(mqtt_params(seed))
             devices += len(world.mqtt.devices)
         except SimFailure as failure:
-            failures.append(f"seed {seed}: {failure.what.splitlines()[0][:200]}\n    "
-                            f"{failure.params.spec()}")
+            failures.append(failed_seed(seed, failure))
     assert not failures, f"{len(failures)} of {count} seeds failed:\n" + "\n".join(failures)
     assert devices > count  # the workload does attach devices
 
@@ -1767,8 +1766,7 @@ def test_long_mqtt_seed_sweep() -> None:
         try:
             run(mqtt_params(seed))
         except SimFailure as failure:
-            failures.append(f"seed {seed}: {failure.what.splitlines()[0][:200]}\n    "
-                            f"{failure.params.spec()}")
+            failures.append(failed_seed(seed, failure))
     assert not failures, f"{len(failures)} of {count} seeds failed:\n" + "\n".join(failures)
 
 
