@@ -445,7 +445,14 @@ class Engine(FailoverMixin):
             # A late copy from its previous origin: the router its publisher resumed at owns
             # the record now (ids are unique per publisher, tag and, for a reused tag, salt).
             # Subscribers here it was owed to and the record lacks get their copy now, in the
-            # order it came; the record still answers its own origin only.
+            # order it came. The previous origin is answered too, as for a resend beside a
+            # live record (`_owed_beside`: now for the copies done, later with the record's
+            # verdicts): it still holds its record with a part pending here, and nobody else
+            # will end that part. The new origin's resend never reaches it when it owes
+            # nobody there, so its record (or a publisher still waiting on it) stayed for
+            # ever (seed 15173: a plain forward from B, held up behind a restarting hub,
+            # came after the publisher's resend at A had been delivered here).
+            self._owed_beside(live, origin, owed)
             if self._add_owed(live, owed, undecide=live.answered is None):
                 self._decide(live)
             return
