@@ -499,3 +499,44 @@ def test_an_ended_subscriptions_part_fails_when_its_router_is_lost() -> None:
     (outcome,) = outcomes(w, "A").values()
     assert isinstance(outcome, Rejected)
     assert "detached before accepting it" in str(outcome.info)
+
+
+def test_a_tombstone_that_answered_another_origins_resend_does_not_answer_the_publisher(
+) -> None:
+    """Failover seed 95188: B gave a message up (its publisher stayed away past
+    reconnect-timeout) and forgot it accepted, leaving a tombstone at A. The publisher resent
+    it at C, which took it as a new message, owed to a subscriber that attached at C since;
+    A answered C for its own subscriber from the tombstone. C went silent, and the publisher
+    resent it at A: the tombstone's 'accepted' (the older record's, which never owed the
+    subscriber at C) must not answer it, and nor must an outcome come before C's part."""
+    w = Wire("A", "B", "C", reconnect=1.0)
+    subscribe(w, "A", 1)
+    w["B"].attach_publisher(9, PUB, "orders/eu", "all")
+    publish(w, "B", 9, [b"1"], now=0.1)
+    w["B"].detach_publisher(9, final=False, now=0.2)  # its connection dropped
+    accept(w, "A", 1, w.take("A", Send), now=0.3)
+    late = LinkIdentity("late", "sub/late")
+    w["C"].attach_subscriber(7, late, "orders/#", warm_timeout=10.0, now=0.4)
+    w["C"].subscriber_credit(7, 100)
+    w.pump(0.4)
+    w["B"].tick(1.3)  # B gives it up: decided accepted, forgotten, A keeps a tombstone
+    w.pump(1.3)
+    assert not w["A"].records and not w["B"].records
+    assert w["A"].remembered(tag_of(b"1").decode()) is ACCEPTED
+    w["C"].attach_publisher(10, PUB, "orders/eu", "all", [b"1"])
+    publish(w, "C", 10, [b"1"], now=1.4)
+    assert [s.link for s in w.take("C", Send)] == [7]  # new at C: owed to the late one
+    assert w.take("A", Send) == [], "A answered for its subscriber from the tombstone"
+    assert outcomes(w, "C") == {}
+    w.dead.add("C")  # C dies, unnoticed yet
+    w["A"].attach_publisher(11, PUB, "orders/eu", "all", [b"1"])
+    publish(w, "A", 11, [b"1"], now=1.6)
+    assert w.take("A", Send) == [], "A's subscriber accepted it before"
+    assert outcomes(w, "A") == {}, "not accepted before the subscriber at C answers"
+    w.dead.discard("C")
+    w.crash("C", now=2.0)
+    w["A"].tick(12.1)  # the late subscriber stays away past its timeout
+    w.pump(12.1)
+    (outcome,) = outcomes(w, "A").values()
+    assert isinstance(outcome, Rejected)
+    assert outcome.info["failed"] == ["late/sub/late@C"]

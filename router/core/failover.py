@@ -778,6 +778,20 @@ class FailoverMixin:
                     answered = [k for k in owed if k in had]
                     if answered:
                         self._actions.append(self._stone_verdict(origin, msg_id, answered))
+                    # Nor does its outcome answer the publisher any more: `origin` took the
+                    # message up again after the forgotten record (it had no record of it
+                    # left to adopt: its publisher came back after every router gave it up,
+                    # or its tombstone is gone), as a new message owed to whoever matches
+                    # there now, subscribers that record never knew included. That origin's
+                    # outcome answers the publisher; a resend of it here later is new here
+                    # too (asking the mesh again), not told the older record's outcome: an
+                    # acceptance would say nothing of those subscribers (seed 95188). Who
+                    # accepted or failed here still answers for them (`_stone_keys`).
+                    if self._tombstones[msg_id] is not None:
+                        if msg_id in self._stone_keys:
+                            self._tombstones[msg_id] = None
+                        else:
+                            del self._tombstones[msg_id]
                     return [k for k in owed if k not in had]
                 if rec is not None:
                     return self._owed_beside(rec, origin, owed)
