@@ -1467,6 +1467,21 @@ REGRESSIONS = [
     "drop_client=4,notice=0.0,move_max=1.5,move_to=any,warm=0.0,warm_min=0.5,"
     "warm_max=3.0,reconnect_timeout=1.0,resume_timeout=5.0,declare=1.0,"
     "sdk=0.0,wire=1.0,mqtt=0.3,bare=0.0",
+    # An AMQP publisher lost its link at B (its origin), came back 1.36 s later at A
+    # (reconnect-timeout 1 s: B had given its orphans up), lost that connection before
+    # any resend went out, and resent to B 0.95 s after that. The checker counted its
+    # time away from the loss at A, not at B where the records waited: a checker bug
+    # (router/sim/checker.py on_resend, World.lost_at_router), not the product's.
+    "seed=41407,routers=4,topology=random,drop=0.0,dup=0.0,reorder=0.1,"
+    "partitions=0,partition_min=0.5,partition_max=1.7999999999999998,isolate=0.3,"
+    "restarts=2,restart_inc=higher,unreachable_timeout=3.0,gossip_interval=0.5,"
+    "duration=6.0,drain=60.0,publishers=1,subscribers=3,messages=15,churn=0.0,"
+    "flaky=0.0,slow=0.2,stall=0.1,ttl=0.0,early_settle=0.05,presettled=0.03,"
+    "presettled_subs=0.05,some_mode=0.25,override=0.1,window=8,transfer_window=8,"
+    "max_attempts=3,survivors=1.0,pub_survivors=-1.0,drop_client=4,notice=0.0,"
+    "move_max=1.5,move_to=any,warm=0.0,warm_min=0.5,warm_max=1.0,"
+    "reconnect_timeout=1.0,resume_timeout=5.0,declare=1.0,sdk=1.0,wire=1.0,"
+    "mqtt=0.0,bare=0.0"
 ]
 
 

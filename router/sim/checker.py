@@ -269,6 +269,12 @@ class Checker:
         their subscribers may get it again, strict or not."""
         world, now = self.world, self.world.now
         p = world.p
+        # Where its record waited for this resend: the router of its latest send. That
+        # record was orphaned when the publisher lost its link there, and waits
+        # `reconnect-timeout` from then. A later attach elsewhere that did not resend it
+        # (one that broke before the resend went out, say) starts no clock for it, so the
+        # publisher's time away is counted from that loss, not from its latest one.
+        waited_at = msg.sent_from[0]
         msg.resends += 1
         msg.sent_at = now
         msg.sent_from = (pub.router.id, pub.router.inc)
@@ -285,7 +291,7 @@ class Checker:
             rec is not None and rec.pub_tag == msg.tag and rec.origin is None
             and ((rec.publisher is None and not rec.pub_settled)
                  or (rec.publisher is not None and rec.pub_settled))))
-        gone_for = now - (pub.lost_at or 0.0)
+        gone_for = now - pub.lost_at_router.get(waited_at, pub.lost_at or 0.0)
         noticed = not any(link in r.engine.publishers for link in pub.lost_links)
         if (r is msg.origin and not r.dead and not exact and not msg.rebuilt and noticed
                 and gone_for < p.reconnect_timeout - 0.01):

@@ -477,6 +477,10 @@ class Client:
         self.moves = 0  # attaches after losing a link
         self.lost_links: set[int] = set()  # links it lost (the router may not know yet)
         self.lost_at: float | None = None
+        # router id -> when it last lost a link to that router: an origin's orphans wait
+        # `reconnect-timeout` from the loss of the link they were published (or resent) on,
+        # not from a later loss elsewhere (the checker's `on_resend`).
+        self.lost_at_router: dict[str, float] = {}
         self.away_spans: list[tuple[float, float]] = []  # (lost, attached again)
         # A script's say in its next move (None: random): how long until it attaches again,
         # and to which router.
@@ -1154,6 +1158,7 @@ class World(SdkClients):
         c.detached = True
         c.lost_links.add(c.link)
         c.lost_at = self.now
+        c.lost_at_router[c.router.id] = self.now
         c.epoch += 1
         self.sdk_lost(c)
         if c.kind == "pub":
