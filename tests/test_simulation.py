@@ -1482,6 +1482,38 @@ REGRESSIONS = [
     "move_max=1.5,move_to=any,warm=0.0,warm_min=0.5,warm_max=1.0,"
     "reconnect_timeout=1.0,resume_timeout=5.0,declare=1.0,sdk=1.0,wire=1.0,"
     "mqtt=0.0,bare=0.0"
+    # A publisher moved from B (its link there dead, unnoticed) to A, which took its
+    # destination's record of each message (old origin B kept in `former`) and resent it
+    # to B. A's word on its own copies to its former origin read at B as A answering B as
+    # its origin: B reclaimed the message for its dead link and resent it to A, which
+    # gave it up to B; sorted out only after B restarted, the messages went to sub8-B
+    # after a later one. Fixed in engine.py _answer_former (not to an origin we resent to).
+    "seed=38481,routers=3,topology=random,drop=0.01,dup=0.0,reorder=0.5,"
+    "partitions=0,partition_min=0.5,partition_max=1.0,isolate=0.3,restarts=3,"
+    "restart_inc=higher,unreachable_timeout=3.0,gossip_interval=0.5,duration=6.0,"
+    "drain=60.0,publishers=4,subscribers=5,messages=15,churn=0.0,flaky=0.0,"
+    "slow=0.2,stall=0.1,ttl=0.0,early_settle=0.05,presettled=0.03,"
+    "presettled_subs=0.05,some_mode=0.25,override=0.1,window=8,"
+    "transfer_window=4096,max_attempts=3,survivors=1.0,pub_survivors=-1.0,"
+    "drop_client=4,notice=2.0,move_max=1.5,move_to=any,warm=0.0,warm_min=0.5,"
+    "warm_max=1.0,reconnect_timeout=8.0,resume_timeout=5.0,declare=1.0,sdk=1.0,"
+    "wire=1.0,mqtt=0.0,bare=0.5",
+    # Not a product bug: app-C/sub3 got #13-#15 from E's record queued from C, the
+    # publisher's old router, then #11 from a record B's resend made beside it (its
+    # publisher came back after reconnect-timeout): two live records of #13 at E, and the
+    # checker took the copy for one from the newest (`find`), B's, so both seemed B's
+    # traffic. Fixed in the simulator: world.py NotingEngine.sent_record notes the record
+    # the copy is in, and checker.py on_send looks at that one.
+    "seed=86546,routers=5,topology=line,drop=0.01,dup=0.0,reorder=0.5,"
+    "partitions=0,partition_min=0.5,partition_max=3.0,isolate=0.3,restarts=1,"
+    "restart_inc=higher,unreachable_timeout=5.0,gossip_interval=0.5,duration=6.0,"
+    "drain=60.0,publishers=3,subscribers=3,messages=15,churn=0.5,flaky=0.0,"
+    "slow=0.2,stall=0.1,ttl=0.1,early_settle=0.05,presettled=0.03,"
+    "presettled_subs=0.05,some_mode=0.25,override=0.1,window=8,transfer_window=8,"
+    "max_attempts=3,survivors=0.5,pub_survivors=-1.0,drop_client=4,notice=2.0,"
+    "move_max=1.5,move_to=any,warm=0.0,warm_min=0.5,warm_max=5.0,"
+    "reconnect_timeout=1.0,resume_timeout=5.0,declare=1.0,sdk=1.0,wire=0.0,"
+    "mqtt=0.0,bare=0.5",
 ]
 
 

@@ -1008,6 +1008,16 @@ class Engine(FailoverMixin):
                       "failed": [c.sub.label for c in failed], "pending": [],
                       "reasons": {c.sub.label: c.reason for c in failed}}
             for origin in rec.former:
+                if origin in rec.told:
+                    # We resent it there since (`rec.told`): its record there took our resend
+                    # and answers us now (failover.py `_remote_resend`), so it waits for no
+                    # word from here. A verdict would read there as this router answering it
+                    # as its origin, as if our resend had been stale (`_peer_verdict` ->
+                    # `_reclaim`): it would take the message back for a publisher link it
+                    # still counts, though the publisher is here, and resend it to us,
+                    # taking it from our publisher; its copies then went out of publish order
+                    # once those two records were sorted out (failover seed 38481).
+                    continue
                 self._actions.append(Verdict(origin, rec.id, False, status, keys))
 
     def _tell_former(self, rec: Record, verdict: Verdict) -> None:

@@ -440,7 +440,7 @@ class AmqpSide:
         if kind is Send:
             # The credit the router's proton link has: the engine sends only within it.
             sub.credit = pn.link_credit(link_state.ptr)
-            msg = checker.on_send(sub, action, id(rec) if rec is not None else -1)
+            msg = checker.on_send(sub, action, rec)
             if not action.settled:
                 sub.router_unsettled[action.tag] = None
             payload = action.payload

@@ -388,9 +388,11 @@ class Checker:
 
     # ------------------------------------------------------------------ subscribers
 
-    def on_send(self, sub: SubClient, send: Send, record: int) -> Msg:
-        """A copy for `sub`, sent from its router's record number `record` of the message."""
+    def on_send(self, sub: SubClient, send: Send, rec: Any) -> Msg:
+        """A copy for `sub`, sent from its router's record `rec` of the message (None if not
+        known)."""
         msg = self.msg_by_tag(send.tag)
+        record = id(rec) if rec is not None else -1
         if sub.detached:
             self.fail(f"{sub.label} got {msg.id} after it detached")
         if sub.key not in msg.owed:
@@ -440,7 +442,9 @@ class Checker:
         elif copies == 0:
             self.stats.first_deliveries += 1
             came_from = msg.sent_from
-            live = sub.router.engine.find(msg.id)
+            # The record the copy came from, which need not be the newest of its id
+            # (`NotingEngine.sent_record`).
+            live = rec if rec is not None else sub.router.engine.find(msg.id)
             if live is not None and live.origin is not None and live.origin != came_from[0]:
                 # The copy comes from a record its router got from another origin than the
                 # message's latest send: an earlier origin's forward, which the resend did

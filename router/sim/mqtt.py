@@ -964,8 +964,7 @@ class MqttSide:
                 if action.settled:
                     checker.on_lost_settled(sub, action)  # type: ignore[arg-type]
             else:
-                msg = checker.on_send(sub, action,  # type: ignore[arg-type]
-                                      id(rec) if rec is not None else -1)
+                msg = checker.on_send(sub, action, rec)  # type: ignore[arg-type]
                 if not action.settled:
                     sub.router_unsettled[action.tag] = None
             dev.expected.setdefault(action.tag.decode(), []).append(
@@ -994,7 +993,7 @@ class MqttSide:
         core = router.engine.core
         for action in core.peek_actions(start):
             if type(action) is Send and id(action) not in router.sent_from:
-                rec = core.find(action.tag.decode())
+                rec = router.engine.sent_record(action)
                 if rec is not None:
                     router.sent_from[id(action)] = (action, rec)
 

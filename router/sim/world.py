@@ -429,10 +429,27 @@ class NotingEngine:
                 self.taken_over.setdefault(id(copy), (copy, first))
         for action in core.peek_actions(start):
             if type(action) is Send:
-                rec = core.find(action.tag.decode())
+                rec = self.sent_record(action)
                 if rec is not None:
                     self.sent_from[id(action)] = (action, rec)
         return result
+
+    def sent_record(self, send: Send) -> Any:
+        """The record `send` was made from: the one its subscriber's copy is in. Not always
+        the one `find` gives for its id (the newest): a resend owed beside a live record of
+        the same message (failover.py `_owed_beside`) makes a second record of that id for
+        the other subscribers, while the first goes on sending its own copies (seed 86546:
+        the copy came from a record queued from the publisher's old router, `find` named
+        the new one's)."""
+        core = self.core
+        rec = core.find(send.tag.decode())
+        sub = core.subscribers.get(send.link)
+        if rec is None or sub is None or sub.sid in rec.copies:
+            return rec
+        if not send.settled and (flying := sub.inflight.get(send.tag)) is not None:
+            return flying
+        return next((r for r in core.records.values()
+                     if r.id == rec.id and sub.sid in r.copies), rec)
 
 
 class SimLink:
@@ -1509,7 +1526,7 @@ class World(SdkClients):
             # order) but is the same record. Pinned, so that no later record reuses the id.
             if rec is not None:
                 self._records_seen.setdefault(id(rec), rec)
-            msg = self.checker.on_send(sub, action, id(rec) if rec is not None else -1)
+            msg = self.checker.on_send(sub, action, rec)
             sub.credit -= 1
             self.log(f"{sub.label} gets {msg.pub.key}#{msg.seq} {msg.id[:8]} attempt "
                      f"{action.attempt}{' settled' if action.settled else ''}")
