@@ -780,6 +780,8 @@ class Engine(FailoverMixin):
         if not presettled:
             rec.told.update(owed)
             self._mesh_records[(self.config.router_id, rec.id)] = rec
+        if resend and rec.former and owed:
+            self._reached(rec, owed)  # (a former origin this resend reaches takes it over)
         if owed:
             pub = rec.publisher
             self._actions.append(Forward(rec.id, owed, rec.address, rec.payload, rec.mode,

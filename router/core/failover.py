@@ -45,6 +45,8 @@ from .transitions import (
 )
 
 if TYPE_CHECKING:
+    from collections.abc import Iterable
+
     from .engine import Engine
 
 QUEUED, SENT, ACCEPTED_STATE = CopyState.QUEUED, CopyState.SENT, CopyState.ACCEPTED
@@ -392,6 +394,8 @@ class FailoverMixin:
 
     def _send_part(self: Engine, rec: Record, key: str, router: str) -> None:
         rec.told.add(router)
+        if rec.former:
+            self._reached(rec, (router,))
         self.stats.resent += 1
         pub = rec.publisher
         at = self._where.get(key)
@@ -400,6 +404,19 @@ class FailoverMixin:
                                      rec.mode, self._ttl_left(rec),
                                      pub.label if pub is not None else "", resend=True,
                                      gens=gens))
+
+    def _reached(self: Engine, rec: Record, routers: Iterable[str]) -> None:
+        """Our record is resent to `routers`: a former origin among them (`Record.former`,
+        `_adopt_for_publisher`) hands its record over to us as the resend arrives
+        (`_remote_resend` adopts it, one its publisher settled included), so nothing there
+        waits for the copies here any more, and it hears no more verdicts from us. If its
+        record was its publisher's (whose connection died unnoticed), a verdict from the
+        router it released the record to reads as that router yielding and answering it as
+        origin (`Engine._peer_verdict`, `_reclaim`): from us, the true origin, it would make it
+        take the record back for that long-gone publisher (or orphan it) and stop answering
+        us for its subscribers, and our publisher would never get an outcome."""
+        gone = set(routers)
+        rec.former = tuple(o for o in rec.former if o not in gone)
 
     def _ttl_left(self: Engine, rec: Record) -> int | None:
         if rec.expires is None:
@@ -624,7 +641,8 @@ class FailoverMixin:
         if rec.origin is not None and rec.origin not in rec.former:
             # The origin it answered may hold a record its publisher settled (mode first,
             # on a connection that died unnoticed), which no resend reaches and which never
-            # times out: it goes on hearing about the copies here (`_answer_former`).
+            # times out: it goes on hearing about the copies here (`_answer_former`), until
+            # a resend of ours reaches it and it hands that record over (`_reached`).
             rec.former = (*rec.former, rec.origin)
         self._adopt(rec, renumber=not published_here)
         rec.publisher, rec.pub_tag = pub, tag
