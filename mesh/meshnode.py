@@ -242,8 +242,9 @@ class MeshNode:
                                            owed.get(self.me, []), mode, ttl_ms, resend,
                                            presettled, gens))
         elif kind == VERDICT:
-            _, msg_id, accepted, status, keys = item
-            engine.handle(ev.PeerVerdict(now, src, msg_id, accepted, status, keys))
+            msg_id, accepted, status, keys = item[1:5]
+            former = len(item) > 5 and item[5] is True  # absent from older routers
+            engine.handle(ev.PeerVerdict(now, src, msg_id, accepted, status, keys, former))
         elif kind == FORGET:
             accepted = item[2] if len(item) > 2 else None
             description, info = (item[3], item[4]) if len(item) > 4 else ("", None)
@@ -289,6 +290,8 @@ class MeshNode:
                     self.engine.handle(ev.PeerLost(now, r, self._given_up[r]))
         elif isinstance(action, Verdict):
             item = [VERDICT, action.msg_id, action.accepted, action.status, action.keys]
+            if action.former:
+                item.append(True)
             if action.origin in self._given_up:
                 self._owed_verdicts.setdefault(action.origin, []).append(item)
             else:
