@@ -27,6 +27,10 @@ log = logging.getLogger("exactmesh.mesh")
 
 MSG, VERDICT, FORGET, BATCH = "msg", "verdict", "forget", "batch"
 RETAIN = "retain"  # an MQTT retained message, shared with every router (mqtt_edge/retained.py)
+# A verdict told to an origin the record answered before its current one (Verdict.former): an
+# item of its own, which a router that predates it ignores (it reads exactly five elements
+# of a "verdict").
+FORMER_VERDICT = "former-verdict"
 MAX_BATCH = 256  # items in one transfer item: bounds a frame to about this many messages
 
 
@@ -241,9 +245,10 @@ class MeshNode:
             engine.handle(ev.RemoteMessage(now, src, msg_id, address, payload,
                                            owed.get(self.me, []), mode, ttl_ms, resend,
                                            presettled, gens))
-        elif kind == VERDICT:
+        elif kind in (VERDICT, FORMER_VERDICT):
             _, msg_id, accepted, status, keys = item
-            engine.handle(ev.PeerVerdict(now, src, msg_id, accepted, status, keys))
+            engine.handle(ev.PeerVerdict(now, src, msg_id, accepted, status, keys,
+                                         kind == FORMER_VERDICT))
         elif kind == FORGET:
             accepted = item[2] if len(item) > 2 else None
             description, info = (item[3], item[4]) if len(item) > 4 else ("", None)
@@ -288,7 +293,8 @@ class MeshNode:
                 if r in self._given_up:  # still away: its part fails at once
                     self.engine.handle(ev.PeerLost(now, r, self._given_up[r]))
         elif isinstance(action, Verdict):
-            item = [VERDICT, action.msg_id, action.accepted, action.status, action.keys]
+            item = [FORMER_VERDICT if action.former else VERDICT, action.msg_id,
+                    action.accepted, action.status, action.keys]
             if action.origin in self._given_up:
                 self._owed_verdicts.setdefault(action.origin, []).append(item)
             else:
@@ -383,7 +389,7 @@ class MeshNode:
         for item in _flatten(handed_back):
             if item[0] in (MSG, FORGET):  # it may hold a record of that message: forget it
                 owed.add(item[1])
-            elif item[0] == VERDICT:  # its publisher may still be waiting for this
+            elif item[0] in (VERDICT, FORMER_VERDICT):  # its publisher may be waiting for it
                 verdicts.append(item)
         self.engine.handle(ev.PeerLost(self._now, router, reason))
 

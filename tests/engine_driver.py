@@ -76,9 +76,10 @@ class EngineDriver:
                                             owed, mode, ttl_ms, resend))
 
     def peer_verdict(self, router: str, msg_id: str, accepted: bool, status: dict[str, Any],
-                     keys: list[str] | None = None, *, now: float | None = None) -> None:
+                     keys: list[str] | None = None, *, now: float | None = None,
+                     former: bool = False) -> None:
         self.engine.handle(
-            ev.PeerVerdict(self._t(now), router, msg_id, accepted, status, keys))
+            ev.PeerVerdict(self._t(now), router, msg_id, accepted, status, keys, former))
 
     def remote_forget(self, origin: str, msg_id: str, accepted: bool | None = None, *,
                       now: float | None = None) -> None:

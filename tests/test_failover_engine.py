@@ -66,7 +66,8 @@ class Wire:
         elif isinstance(action, Verdict):
             if action.origin in live:
                 live[action.origin].peer_verdict(src, action.msg_id, action.accepted,
-                                                 action.status, action.keys)
+                                                 action.status, action.keys,
+                                                 former=action.former)
         elif isinstance(action, Forget):
             for dst in action.routers:
                 if dst in live:
@@ -385,6 +386,36 @@ def test_a_record_a_stale_resend_took_over_still_answers_the_origin_it_had() -> 
     assert sorted(v.origin for v in verdicts) == ["B", "D"]
     assert all(v.accepted and v.keys == owed for v in verdicts)
     assert not w["C"].records, "forgotten once answered: its current origin already forgot it"
+
+
+def test_a_verdict_to_a_former_origin_does_not_take_the_record_from_the_publishers_router(
+) -> None:
+    """Failover seed 93498: the publisher resent at B (B's record, owed at A), then its
+    connection to B dropped, unnoticed by B, and it resent at A. A took the record it held
+    for B (B stays a former origin of it) and resent it to B, which yielded its record to A
+    (it cannot tell which resend is newer). A's verdict on its own copy, told to B as a
+    former origin, is no sign that A's resend was stale: B must not take the record back
+    (and resend it to A, which would yield to B in turn), or the publisher, at A, hears
+    nothing until B gives the record up and A sends B's subscriber its copy again."""
+    w = Wire("A", "B")
+    audit = LinkIdentity("audit", "sub/audit")
+    subscribe(w, "B", 1)
+    w["A"].attach_subscriber(2, audit, "orders/#", now=0.0)
+    w["A"].subscriber_credit(2, 100)
+    w.pump()
+    w["B"].attach_publisher(10, PUB, "orders/eu", "all")
+    publish(w, "B", 10, [b"1"], now=0.1)
+    (to_b,), (to_a,) = w.take("B", Send), w.take("A", Send)
+    w["A"].attach_publisher(13, PUB, "orders/eu", "all", [b"1"], now=1.0)
+    publish(w, "A", 13, [b"1"], now=1.0)
+    assert w.take("B", Send) == [] and w.take("A", Send) == [], "each copy went once"
+    accept(w, "A", 2, [to_a], now=1.5)  # told to B too, as a former origin
+    assert w["B"].find(to_b.tag.decode()).origin == "A", "B still answers A"
+    assert w["A"].find(to_a.tag.decode()).origin is None, "A is still the origin"
+    assert w.take("B", Send) == [] and w.take("A", Send) == []
+    accept(w, "B", 1, [to_b], now=2.0)
+    assert outcomes(w, "A") == {b"1": ACCEPTED}, "the publisher is told where it is"
+    assert outcomes(w, "B") == {}
 
 
 def test_an_attach_that_subscribes_afresh_is_not_sent_what_an_ended_subscription_was_owed(

@@ -171,21 +171,25 @@ class Verdict:
     """Tell the origin router how its message fared with the subscribers here: `accepted` per
     the delivery mode, and `status` naming who succeeded, failed and is pending (and why).
     `keys` are the subscribers the verdict answers for: a subscriber that moved here after an
-    earlier verdict is answered for by a later one."""
+    earlier verdict is answered for by a later one. `former`: sent to an origin the record
+    answered before its current one (`Record.former`), for a record of its own it may still
+    hold; it does not say that the sender answers it as its origin now."""
 
     origin: str
     msg_id: str
     accepted: bool
     status: dict[str, Any]
     keys: list[str] = field(default_factory=list)
+    former: bool = False
 
     def __init__(self, origin: str, msg_id: str, accepted: bool, status: dict[str, Any],
-                 keys: list[str] | None = None) -> None:
+                 keys: list[str] | None = None, former: bool = False) -> None:
         self.origin = origin
         self.msg_id = msg_id
         self.accepted = accepted
         self.status = status
         self.keys = [] if keys is None else keys
+        self.former = former
 
 
 @dataclass(slots=True, init=False)

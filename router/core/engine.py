@@ -175,7 +175,7 @@ class Engine(FailoverMixin):
             self._remote_message(event)
         elif isinstance(event, PeerVerdict):
             self._peer_verdict(event.router, event.msg_id, event.accepted, event.status,
-                               event.keys)
+                               event.keys, event.former)
         elif isinstance(event, RemoteForget):
             self._remote_forget(event.origin, event.msg_id, event.accepted, event.description,
                                 event.info)
@@ -522,13 +522,20 @@ class Engine(FailoverMixin):
 
     def _peer_verdict(
         self, router: str, msg_id: str, accepted: bool, status: dict[str, Any],
-        keys: list[str] | None,
+        keys: list[str] | None, former: bool = False,
     ) -> None:
         """A destination router's verdict on one of our messages, answering for the
-        subscribers `keys` there (all we owe there if not given)."""
+        subscribers `keys` there (all we owe there if not given). `former`: its record
+        answered us before it answered another origin (`Record.former`)."""
         rec = self._mesh_records.get((self.config.router_id, msg_id))
         if rec is None:
-            if not self._released or msg_id not in self._released:
+            if not self._released or msg_id not in self._released or former:
+                # (`former`: told to us for a record of ours it answered before, which a
+                # resend of its own took since. That is no sign that the resend which took
+                # ours was stale, and we do not reclaim on it: the router the publisher
+                # resumed at would yield the record back to us, and when our dead link's
+                # record is given up, resend its copies after newer messages, a second
+                # time (failover seed 93498).)
                 return
             # We took this record from our publisher for `router`, which answers us as its
             # origin: its resend was stale, it yielded to ours (failover.py `_reclaim`).
@@ -1013,21 +1020,17 @@ class Engine(FailoverMixin):
                 if origin in rec.told:
                     # We resent it there since (`rec.told`): its record there took our resend
                     # and answers us now (failover.py `_remote_resend`), so it waits for no
-                    # word from here. A verdict would read there as this router answering it
-                    # as its origin, as if our resend had been stale (`_peer_verdict` ->
-                    # `_reclaim`): it would take the message back for a publisher link it
-                    # still counts, though the publisher is here, and resend it to us,
-                    # taking it from our publisher; its copies then went out of publish order
-                    # once those two records were sorted out (failover seed 38481).
+                    # word from here (failover seed 38481; the word is marked `former` too,
+                    # so that it is never read as an origin's answer, seed 93498).
                     continue
-                self._actions.append(Verdict(origin, rec.id, False, status, keys))
+                self._actions.append(Verdict(origin, rec.id, False, status, keys, True))
 
     def _tell_former(self, rec: Record, verdict: Verdict) -> None:
         """The same verdict to the origins `rec` answered before its current one
         (`Record.former`): one of them may be where its publisher is."""
         for origin in rec.former:
             self._actions.append(Verdict(origin, verdict.msg_id, verdict.accepted,
-                                         verdict.status, verdict.keys))
+                                         verdict.status, verdict.keys, True))
 
     def _failure(self, rec: Record) -> Rejected:
         status = rec.status()

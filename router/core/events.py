@@ -202,18 +202,21 @@ class RemoteMessage(Event):
 
 
 class PeerVerdict(Event):
-    """Router `router`'s verdict on our message `msg_id` for subscribers `keys` there."""
+    """Router `router`'s verdict on our message `msg_id` for subscribers `keys` there.
+    `former`: it answers us as an origin its record answered before (actions.Verdict)."""
 
-    __slots__ = ("accepted", "keys", "msg_id", "router", "status")
+    __slots__ = ("accepted", "former", "keys", "msg_id", "router", "status")
 
     def __init__(self, now: float, router: str, msg_id: str, accepted: bool,
-                 status: dict[str, Any], keys: list[str] | None = None) -> None:
+                 status: dict[str, Any], keys: list[str] | None = None,
+                 former: bool = False) -> None:
         self.now = now
         self.router = router
         self.msg_id = msg_id
         self.accepted = accepted
         self.status = status
         self.keys = keys
+        self.former = former
 
 
 class RemoteForget(Event):
