@@ -209,6 +209,10 @@ class Params:
             name, _, value = part.strip().partition("=")
             if name not in kinds:
                 raise ValueError(f"unknown simulation parameter {name!r}")
+            if name in values:
+                # two specs run together (a lost comma): replaying the second as the
+                # first would pass for the wrong reason
+                raise ValueError(f"simulation parameter {name!r} given twice in one spec")
             default = kinds[name]
             kind = int if name == "seed" else type(default)
             values[name] = kind(value)
