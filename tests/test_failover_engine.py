@@ -571,3 +571,29 @@ def test_a_tombstone_that_answered_another_origins_resend_does_not_answer_the_pu
     (outcome,) = outcomes(w, "A").values()
     assert isinstance(outcome, Rejected)
     assert outcome.info["failed"] == ["late/sub/late@C"]
+
+
+def test_a_late_plain_copy_after_the_record_was_forgotten_is_not_delivered_again() -> None:
+    """A plain forward from a message's first origin (B) is held up in the mesh; its
+    publisher resumed at A and resent it, D delivered that resend, the subscriber accepted,
+    and A and D forgot the record. B's forward then reaches D, which keeps only a tombstone:
+    it answers B from that tombstone, and the subscriber does not get the message again."""
+    w = Wire("A", "B", "D")
+    subscribe(w, "D", 1)
+    w["B"].attach_publisher(9, PUB, "orders/eu", "all")
+    w["B"].message(9, b"1", b"body 1", now=0.1)
+    held = [a for a in w["B"].take_actions() if isinstance(a, Forward)]
+    assert len(held) == 1  # B's forward to D, held up behind a restarting hub, say
+    w["B"].detach_publisher(9, final=False, now=0.2)  # its connection dropped
+    w.pump(0.2)
+    w["A"].attach_publisher(10, PUB, "orders/eu", "all", [b"1"])
+    publish(w, "A", 10, [b"1"], now=0.3)
+    (copy,) = w.take("D", Send)
+    accept(w, "D", 1, [copy], now=0.4)
+    assert outcomes(w, "A") == {b"1": ACCEPTED}
+    w["A"].publisher_settled(10, b"1", now=0.5)
+    w.pump(0.5)
+    assert not w["A"].records and not w["D"].records
+    w._carry("B", held[0], 0.6)  # the late plain copy
+    w.pump(0.6)
+    assert w.take("D", Send) == [], "delivered again after the subscriber accepted it"

@@ -456,6 +456,15 @@ class Engine(FailoverMixin):
             if self._add_owed(live, owed, undecide=live.answered is None):
                 self._decide(live)
             return
+        elif live is None and msg_id in self._tombstones:
+            # A late copy after the record it would have joined was forgotten here: the
+            # tombstone answers it for the subscribers that record had, as for a resend, and
+            # they do not get the message again (a plain forward from the previous origin
+            # held up in the mesh until the new origin's resend had been delivered, accepted
+            # and forgotten).
+            owed = self._remote_resend(origin, msg_id, owed)
+            if not owed:
+                return
         self._seq += 1
         expires = self._now + ttl_ms / 1000.0 if ttl_ms else None
         mode = ev.mode if ev.mode in MODES else ALL
