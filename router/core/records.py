@@ -262,8 +262,11 @@ class Record:
         self.final: Outcome | None = None
         # At a destination, the subscribers its verdicts to the origin answered for so far.
         self.answered: set[str] | None = None
-        # At a destination, the origins it answered before a resend from another router took
-        # it over: they get its verdicts too, since that resend may have been the older one.
+        # The origins it answered before a resend from another router took it over (at a
+        # destination), or before its publisher's resend here made it ours (at an origin,
+        # failover.py `_adopt_for_publisher`): they get its verdicts too, marked `former`
+        # (a destination's record there may wait for them; the resend may have been the
+        # older one). A router our resend reached since leaves it (failover.py `_reached`).
         self.former: tuple[str, ...] = ()
         self.pending = 0  # copies and peer parts not yet decided
         self.accepted = 0  # copies and peer parts accepted
