@@ -1551,6 +1551,22 @@ REGRESSIONS = [
     "pub_survivors=-1.0,drop_client=2,notice=2.0,move_max=1.5,move_to=any,"
     "warm=0.0,warm_min=0.5,warm_max=5.0,reconnect_timeout=3.0,"
     "resume_timeout=5.0,declare=1.0,sdk=0.0,wire=0.5,mqtt=0.3,bare=0.5",
+    # A publisher moved from E (its link dead, E had not noticed) to B and resent there;
+    # E released its records to B's resend. E's earlier plain forward reached B late, and
+    # B answered it beside its live record (the 15173 fix) with an unmarked verdict, which
+    # E read as B yielding to it: it took the records back for its dead link, gave them up
+    # at its timeout, and B resent them to E after newer messages. Fixed in failover.py
+    # _owed_beside: a verdict to an origin other than the record's own is marked former.
+    "seed=44651,routers=5,topology=random,drop=0.05,dup=0.02,reorder=0.0,"
+    "partitions=0,partition_min=0.5,partition_max=3.0,isolate=0.3,restarts=0,"
+    "restart_inc=higher,unreachable_timeout=2.0,gossip_interval=0.5,duration=6.0,"
+    "drain=60.0,publishers=2,subscribers=4,messages=15,churn=0.5,flaky=0.0,"
+    "slow=0.2,stall=0.1,ttl=0.1,early_settle=0.05,presettled=0.03,"
+    "presettled_subs=0.05,some_mode=0.25,override=0.1,window=8,transfer_window=8,"
+    "max_attempts=3,survivors=1.0,pub_survivors=-1.0,drop_client=4,notice=2.0,"
+    "move_max=1.5,move_to=any,warm=0.0,warm_min=0.5,warm_max=3.0,"
+    "reconnect_timeout=1.0,resume_timeout=5.0,declare=1.0,sdk=0.5,wire=0.5,"
+    "mqtt=0.0,bare=0.0",
 ]
 
 

@@ -866,9 +866,17 @@ class FailoverMixin:
         mine = [k for k in owed if k in have]
         if mine:
             done = [k for k in mine if have[k].state in (ACCEPTED_STATE, CopyState.FAILED)]
+            # Answering an origin other than the record's own is a word to a former origin,
+            # as its later verdicts are (`_tell_former`): marked so, it counts for a record
+            # `origin` still holds, and is not read as this record yielding to one it handed
+            # over to us (`_peer_verdict` -> `_reclaim`). Unmarked, a late plain copy's answer
+            # made the previous origin take its record back from the publisher's new router
+            # and resend it there after newer messages (failover seed 44651).
+            beside = origin != rec.origin
             if done:
-                self._actions.append(Verdict(origin, rec.id, False, rec.status(), done))
-            if origin != rec.origin and origin not in rec.former:
+                self._actions.append(
+                    Verdict(origin, rec.id, False, rec.status(), done, beside))
+            if beside and origin not in rec.former:
                 rec.former = (*rec.former, origin)
         return [k for k in owed if k not in have]
 
