@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from proton import Delivery, Message, symbol
 from proton.handlers import MessagingHandler
@@ -112,6 +112,10 @@ class RouterProcess:
 class ClientThread:
     """A proton Container on its own thread, with a thread-safe way to run code on it."""
 
+    # Every thread still running: a failed test may skip its stop(), and a proton Container
+    # still running when the interpreter exits can abort it (tests/conftest.py stops these).
+    live: ClassVar[set[ClientThread]] = set()
+
     def __init__(self, *handlers: MessagingHandler) -> None:
         self._calls: queue.Queue[tuple[Callable[[], Any], queue.Queue]] = queue.Queue()
         self._injector = EventInjector()
@@ -119,6 +123,7 @@ class ClientThread:
         self.container.selectable(self._injector)
         self.error: BaseException | None = None
         self.thread = threading.Thread(target=self._run, daemon=True)
+        ClientThread.live.add(self)
         self.thread.start()
 
     def _run(self) -> None:
@@ -150,6 +155,8 @@ class ClientThread:
     def stop(self) -> None:
         def close_all() -> None:
             self.container.stop()
+
+        ClientThread.live.discard(self)
 
         if self.thread.is_alive():
             with contextlib.suppress(Exception):

@@ -285,10 +285,15 @@ def test_killing_the_middle_of_a_line_holds_messages_until_it_is_back() -> None:
             return [pub.messages[i].body for i, o in outcomes.items()
                     if o.state == "accepted" and pub.messages[i].body not in got]
 
+        # An acceptance that crossed B before the kill may still be on its way from A to the
+        # publisher's thread; it is for a message the subscriber had by now. Nothing else may
+        # be told accepted while A cannot reach C.
+        reached = set(sub.bodies())
         before, _ = snapshot(pubc, pub)
-        time.sleep(NOTHING_WINDOW)  # partitioned: no outcome may arrive in this window
+        time.sleep(NOTHING_WINDOW)  # partitioned: no new acceptance may arrive in this window
         during, sent = snapshot(pubc, pub)
-        assert during == before, "the publisher got outcomes while A could not reach C"
+        late = [pub.messages[i].body for i in during.keys() - before.keys()]
+        assert set(late) <= reached, f"outcomes while A could not reach C: {late}"
         assert len(during) < sent, "nothing was held by the partition: nothing was tested"
         assert not accepted_but_not_received()
         held = sent - len(during)
