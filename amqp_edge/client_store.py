@@ -52,31 +52,34 @@ def _file_stem(kind: str, name: str) -> str:
     return f"{kind}-{safe}"
 
 
-def check_state_dir(state_dir: str | os.PathLike[str]) -> Path:
-    """Create `state_dir` if needed and check that it is a writable directory."""
+def check_state_dir(state_dir: str | os.PathLike[str], option: str = "--state-dir") -> Path:
+    """Create `state_dir` if needed and check that it is a writable directory. `option` is
+    the command-line option that names it, for the error message."""
     path = Path(state_dir)
+    if path.exists() and not path.is_dir():
+        raise StoreError(f"the state directory {str(path)!r} is not a directory; "
+                         f"choose another {option}")
     try:
         path.mkdir(parents=True, exist_ok=True)
     except OSError as err:
         raise StoreError(f"cannot create the state directory {str(path)!r}: {err.strerror}; "
-                         "create it or choose another --state-dir") from err
-    if not path.is_dir():
-        raise StoreError(f"the state directory {str(path)!r} is not a directory; "
-                         "choose another --state-dir")
+                         f"create it or choose another {option}") from err
     if not os.access(path, os.W_OK | os.X_OK):
         raise StoreError(f"the state directory {str(path)!r} is not writable by this user; "
-                         "fix its permissions or choose another --state-dir")
+                         f"fix its permissions or choose another {option}")
     return path
 
 
-class _Db:
-    """One SQLite database in WAL mode, shared by the client's threads under a lock."""
+class SqliteFile:
+    """One SQLite database in WAL mode, shared by its owner's threads under a lock, with a lock
+    file that keeps a second process off it. The SDK's stores and the relay's
+    (relay/store.py) are each one of these."""
 
     def __init__(self, state_dir: str | os.PathLike[str], kind: str, name: str,
-                 synchronous: str = "NORMAL") -> None:
+                 synchronous: str = "NORMAL", option: str = "--state-dir") -> None:
         if synchronous.upper() not in ("OFF", "NORMAL", "FULL", "EXTRA"):
             raise ValueError(f"synchronous={synchronous!r}: use NORMAL or FULL")
-        directory = check_state_dir(state_dir)
+        directory = check_state_dir(state_dir, option)
         stem = _file_stem(kind, name)
         self.path = directory / f"{stem}.sqlite"
         self._lock_file = open(directory / f"{stem}.lock", "a+")  # noqa: SIM115 (held open)
@@ -86,7 +89,7 @@ class _Db:
             self._lock_file.close()
             raise StoreError(
                 f"another process is using {kind} id {name!r} with the state directory "
-                f"{str(directory)!r}; stop it, or use another id or --state-dir") from None
+                f"{str(directory)!r}; stop it, or use another id or {option}") from None
         try:
             self.conn = sqlite3.connect(self.path, check_same_thread=False,
                                         isolation_level=None)
@@ -154,7 +157,7 @@ class PublisherStore:
 
     def __init__(self, state_dir: str | os.PathLike[str], name: str, topic: str,
                  synchronous: str = "NORMAL") -> None:
-        self.db = _Db(state_dir, "publisher", name, synchronous)
+        self.db = SqliteFile(state_dir, "publisher", name, synchronous)
         try:
             with self.db.transaction() as c:
                 c.execute("CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value)")
@@ -246,7 +249,7 @@ class SubscriberStore:
 
     def __init__(self, state_dir: str | os.PathLike[str], name: str, topic_filter: str,
                  synchronous: str = "NORMAL") -> None:
-        self.db = _Db(state_dir, "subscriber", name, synchronous)
+        self.db = SqliteFile(state_dir, "subscriber", name, synchronous)
         try:
             with self.db.transaction() as c:
                 c.execute("CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value)")
