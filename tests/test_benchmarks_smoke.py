@@ -252,3 +252,16 @@ def test_spark() -> None:
                      r"\d+%\)$", out, re.M), out
     assert re.search(r"^  subscriber: \d+ received for \d+ rows of finished batches, 0 of them "
                      r"lost, 0 duplicated$", out, re.M), out
+
+
+# ---------------------------------------------------------------- relay store
+
+
+def test_relay_store() -> None:
+    """The relay store's cost per copy (benchmarks/relay_store.py), FULL only, a few hundred
+    copies: every row printed and measured (figures are not compared: this is no timed test)."""
+    out = run_benchmark("relay_store", "--count", "300", "--quick")
+    rows = {int(r["per commit"]): r for r in table(out, "  sync")}
+    assert set(rows) == {1, 16, 256}, out
+    for r in rows.values():
+        assert num(r["copies/s"]) > 0 and num(r["life us"]) >= num(r["write us"]) > 0, r
