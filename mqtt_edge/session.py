@@ -166,7 +166,7 @@ class WillSender:
         self.pub = PubLink(link)
         node.register_link(link, self, self.pub)
         engine.handle(ev.PublisherAttached(node.now(), link, LinkIdentity(client_id, WILL_LINK),
-                                           "mqtt", ALL))
+                                           "mqtt", ALL, None, True))
         if will.retain:
             retained.retain(node, state.retained, will.topic, will.payload, will.qos,
                             will.properties)
@@ -436,8 +436,11 @@ class MqttConnection:
         link_id = self.node.new_link_id()
         self.pub = PubLink(link_id)
         self.node.register_link(link_id, self, self.pub)
+        # stored_enough: PUBACK and PUBREC also count copies a relay store holds for an
+        # absent subscriber (docs/relay.md), as an MQTT server's own store would.
         self.engine.handle(ev.PublisherAttached(
-            self._now, link_id, LinkIdentity(client_id, PUBLISHER_LINK), "mqtt", ALL))
+            self._now, link_id, LinkIdentity(client_id, PUBLISHER_LINK), "mqtt", ALL, None,
+            True))
         for topic_filter, qos in session.subs.items():
             self._attach(topic_filter, qos)
         # Resend what the client had not completed (MQTT 5.0 section 4.4): PUBRELs now;

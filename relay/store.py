@@ -58,6 +58,7 @@ _SCHEMA = (
     "client TEXT NOT NULL, delivery_id TEXT NOT NULL, address TEXT NOT NULL, "
     "payload BLOB NOT NULL, state TEXT NOT NULL, answer TEXT, UNIQUE (client, delivery_id))",
     "CREATE INDEX IF NOT EXISTS inbound_by_client ON inbound (client, seq)",
+    "CREATE INDEX IF NOT EXISTS inbound_by_id ON inbound (delivery_id)",
     "CREATE TABLE IF NOT EXISTS done (client TEXT NOT NULL, delivery_id TEXT NOT NULL, "
     "at REAL NOT NULL, PRIMARY KEY (client, delivery_id))",
     "CREATE TABLE IF NOT EXISTS outbox (client TEXT NOT NULL, tag BLOB NOT NULL, "
@@ -288,6 +289,19 @@ class RelayStore:
         (its records and tombstones are gone), remembering them buys nothing."""
         with self._tx() as c:
             return c.execute("DELETE FROM done WHERE at<?", (before,)).rowcount
+
+    def payload(self, delivery_id: str) -> bytes | None:
+        """The body of a held copy, whichever client holds it (the same message)."""
+        rows = self._rows("SELECT payload FROM inbound WHERE delivery_id=? LIMIT 1",
+                          (delivery_id,))
+        return bytes(rows[0][0]) if rows else None
+
+    def forget_copies(self, delivery_ids: Iterable[str]) -> None:
+        """Drop every client's copy of these deliveries: a router with a relay store holds
+        copies for its own subscribers, and its engine says when a message is done."""
+        with self._tx() as c:
+            c.executemany("DELETE FROM inbound WHERE delivery_id=?",
+                          [(d,) for d in delivery_ids])
 
     def held(self, client: str | None = None) -> tuple[int, int]:
         """(copies, payload bytes) held, for one client or the whole relay: what limits and

@@ -72,6 +72,13 @@ def _router_parser(sub: argparse._SubParsersAction) -> None:
                    help="serve delivery status and health as JSON over HTTP (default off)")
     p.add_argument("--mqtt", metavar="HOST:PORT",
                    help="where to accept MQTT 3.1.1 and 5.0 clients (default off)")
+    p.add_argument("--relay-store", metavar="DIR",
+                   help="a relay store in DIR: what arrives for persistent MQTT sessions and "
+                   "durable AMQP subscribers that are away is stored there, and their "
+                   "publishers' windows move on (docs/relay.md; default off)")
+    p.add_argument("--relay-waiting-limit", type=int, metavar="N",
+                   help="deliveries that may wait in the relay store at once before "
+                   "publishers wait too (default 100000)")
     mesh = p.add_argument_group("mesh (other routers)")
     mesh.add_argument("--listen", metavar="HOST:PORT", help="where peer routers connect")
     mesh.add_argument("--connect", metavar="HOST:PORT", action="append",
@@ -202,8 +209,15 @@ def run_router(config: RouterConfig) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
+    from relay.store import StoreError
+
     try:
-        trio.run(Node(config).run)
+        node = Node(config)
+    except StoreError as err:  # --relay-store: missing, not writable, in use, other version
+        print(f"exactmesh: error: {err}", file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        trio.run(node.run)
     except (OSError, BaseExceptionGroup) as exc:
         err = _listen_error(exc)
         if err is None:

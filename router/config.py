@@ -60,6 +60,9 @@ class RouterConfig:
     log_level: str = "info"
     http: HostPort | None = None  # the status endpoint (router/runtime/status.py); off by default
     mqtt: HostPort | None = None  # MQTT 3.1.1 / 5.0 clients (mqtt_edge/server.py); off by default
+    # A relay store (docs/relay.md): a directory, or "" for none.
+    relay_store: str = ""
+    relay_waiting_limit: int = 100_000
     # the mesh
     listen: HostPort | None = None  # where peer routers connect to us
     connect: tuple[HostPort, ...] = ()  # peer routers we connect to
@@ -198,6 +201,9 @@ OPTIONS: dict[str, tuple[str, Any, str]] = {
                   "debug, info, warning or error"),
     "http": ("http", None, "HOST:PORT"),
     "mqtt": ("mqtt", None, "HOST:PORT"),
+    "relay-store": ("relay_store", str, "a directory for the relay store"),
+    "relay-waiting-limit": ("relay_waiting_limit", _positive_int,
+                            "a positive count of deliveries"),
     "listen": ("listen", None, "HOST:PORT"),
     "connect": ("connect", None, "a list of HOST:PORT"),
     "cluster": ("cluster", _router_id, "1-64 letters, digits, '-', '_' or '.'"),

@@ -19,12 +19,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from router.core.actions import MESH_ACTIONS
-from router.core.events import TimePassed
+from router.core.actions import MESH_ACTIONS, Forward, Hold, Send, Unhold
+from router.core.events import Held, TimePassed
 
 if TYPE_CHECKING:
     from router.core.engine import Engine
-    from router.ports import EdgeConnection, MeshPort
+    from router.ports import EdgeConnection, MeshPort, RelayStorePort
 
 MESH_TYPES = frozenset(MESH_ACTIONS)
 
@@ -39,6 +39,8 @@ class NodeLoop:
     def __init__(self, engine: Engine, *, unrouted: Callable[[Any], None] = _drop) -> None:
         self.engine = engine
         self.mesh: MeshPort | None = None  # the mesh node, when the router has peers
+        # The relay store, when the router has one (`--relay-store`, docs/relay.md).
+        self.store: RelayStorePort | None = None
         self._mesh_send: Callable[[], None] | None = None
         self._links: dict[int, tuple[EdgeConnection, Any]] = {}
         self._next_link = 0
@@ -82,19 +84,48 @@ class NodeLoop:
         engine, links, mesh_types = self.engine, self._links, MESH_TYPES
         while actions := engine.take_actions():
             mesh = self.mesh
+            holds: list[Hold] = []
+            forgets: list[str] = []
             for action in actions:
-                if type(action) in mesh_types:
+                kind = type(action)
+                if kind is Hold:
+                    holds.append(action)  # type: ignore[arg-type]
+                    continue
+                if kind is Unhold:
+                    forgets.append(action.msg_id)  # type: ignore[union-attr]
+                    continue
+                if (kind is Send or kind is Forward) and not action.payload:  # type: ignore[union-attr]
+                    self._from_store(action)  # IN_STORE: no AMQP message encodes empty
+                if kind in mesh_types:
                     if mesh is not None:
                         mesh.apply(action, now)
                     continue
-                entry = links.get(action.link)
+                entry = links.get(action.link)  # type: ignore[union-attr]
                 if entry is not None:
                     entry[0].apply(entry[1], action)
                 else:
                     self._unrouted(action)
             if mesh is not None:
                 self.mesh_output()
+            if holds or forgets:
+                self._store(holds, forgets, now)
         return engine.take_new_deadline()
+
+    def _store(self, holds: list[Hold], forgets: list[str], now: float) -> None:
+        """One commit for what one pass asked of the relay store; then the engine hears
+        which copies are durable (which may answer publishers: the loop goes on)."""
+        assert self.store is not None, "the engine asked for a relay store it was not given"
+        self.store.hold(holds, forgets)
+        if holds:
+            self.engine.handle(Held(now, [(h.sid, h.seq) for h in holds]))
+
+    def _from_store(self, action: Any) -> None:
+        """A released record's copy or resend: its body is in the relay store only."""
+        payload = self.store.payload(action.msg_id if type(action) is Forward
+                                     else action.tag.decode()) if self.store else None
+        if payload is None:
+            raise RuntimeError(f"the relay store lost the body of {action!r}")
+        action.payload = payload
 
     def tick(self, now: float) -> None:
         """A timer wake-up: whatever is due in the engine, then in the mesh node; then the

@@ -67,6 +67,18 @@ class MeshPort(Protocol):
         just became reachable."""
 
 
+class RelayStorePort(Protocol):
+    """The router's relay store (`--relay-store`, docs/relay.md), as the node loop uses it;
+    `router.runtime.relay_store.RouterRelayStore` implements it over `relay.store`."""
+
+    def hold(self, holds: list[Any], forgets: list[str]) -> None:
+        """Commit the copies of these `Hold` actions and drop the copies of the delivery ids
+        in `forgets`, in one transaction; returns once it is on disk."""
+
+    def payload(self, msg_id: str) -> bytes | None:
+        """A held message's body (a released record has none in memory)."""
+
+
 class RuntimePort(Protocol):
     """The router runtime as an edge or the mesh sees it."""
 

@@ -33,13 +33,16 @@ class Mq:
     """A paho client on its own network thread, recording what it gets."""
 
     def __init__(self, port: int, client_id: str, version: int = V5, *, clean: bool = True,
-                 expiry: int | None = None, keepalive: int = 30) -> None:
+                 expiry: int | None = None, keepalive: int = 30,
+                 max_inflight: int | None = None) -> None:
         self.version = version
         kw: dict[str, Any] = {}
         if version == V311:
             kw["clean_session"] = clean
         self.c = mqtt.Client(callback_api_version=mqtt.CallbackAPIVersion.VERSION2,
                              protocol=version, client_id=client_id, **kw)
+        if max_inflight is not None:  # paho does not read the server's Receive Maximum
+            self.c.max_inflight_messages_set(max_inflight)
         self.got: list[tuple[str, bytes, int, Any]] = []
         self.acks: dict[int, Any] = {}
         self.connack: Any = None

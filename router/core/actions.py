@@ -124,6 +124,44 @@ class CloseLink:
 Action = Send | SettleCopy | Decide | Credit | CloseLink
 
 
+# ---------------------------------------------------------------------- toward the relay store
+
+
+@dataclass(slots=True, init=False)
+class Hold:
+    """Store a copy durably for `key`, a warm subscriber that is away (docs/relay.md), then
+    tell the engine `Held` with (`sid`, `seq`). Only a router with a relay store gets these."""
+
+    sid: int
+    seq: int
+    key: str
+    msg_id: str
+    address: str
+    payload: bytes
+
+    def __init__(self, sid: int, seq: int, key: str, msg_id: str, address: str,
+                 payload: bytes) -> None:
+        self.sid = sid
+        self.seq = seq
+        self.key = key
+        self.msg_id = msg_id
+        self.address = address
+        self.payload = payload
+
+
+@dataclass(slots=True)
+class Unhold:
+    """The record of `msg_id` is forgotten: the store's copies of it go."""
+
+    msg_id: str
+
+
+# The engine sends a `Send` or `Forward` of a released record (`Record.released`) with this
+# payload: the body is in the relay store only, and the node loop reads it from there.
+IN_STORE = b""
+STORE_ACTIONS = (Hold, Unhold)
+
+
 # ---------------------------------------------------------------------- toward other routers
 
 
@@ -235,4 +273,4 @@ class Subscribed:
 MeshAction = Forward | Verdict | Forget | Subscribed
 MESH_ACTIONS = (Forward, Verdict, Forget, Subscribed)
 # Everything the engine emits: edge actions and, in a mesh, the ones toward other routers.
-EngineAction = Action | Forward | Verdict | Forget | Subscribed
+EngineAction = Action | Forward | Verdict | Forget | Subscribed | Hold | Unhold

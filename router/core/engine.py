@@ -25,22 +25,26 @@ from typing import Any, Final
 from . import invariants
 from .actions import (
     ACCEPTED,
+    IN_STORE,
     CloseLink,
     Credit,
     Decide,
     EngineAction,
     Forget,
     Forward,
+    Hold,
     Outcome,
     Rejected,
     Send,
     SettleCopy,
     Subscribed,
+    Unhold,
     Verdict,
 )
 from .events import (
     CopyOutcome,
     Event,
+    Held,
     MessageArrived,
     MessageRefused,
     PeerLost,
@@ -71,7 +75,7 @@ from .records import (
     outgoing_tag,
 )
 from .topics import SubscriptionIndex, matches
-from .transitions import Step, add_copy, add_part, move_copy, move_part
+from .transitions import Step, add_copy, add_part, hold_copy, move_copy, move_part
 
 QUEUED, SENT, ACCEPTED_STATE, FAILED, WITHDRAWN = (
     CopyState.QUEUED,
@@ -106,6 +110,13 @@ class EngineConfig:
     # How long a resumed subscriber's placeholders hold back newer messages (seconds).
     resume_timeout: float = 5.0
     tombstones: int = 65536  # outcomes of forgotten deliveries kept for resends
+    # A relay store (docs/relay.md): copies for warm subscribers that are away are stored
+    # durably (`Hold`), and a record whose every pending copy is stored gives its publisher's
+    # window place back, drops its body and answers a publisher whose acknowledgement counts
+    # stored copies (MQTT). At most `relay_waiting_limit` such records at once: beyond it,
+    # publishers wait as they do without a store (back-pressure).
+    relay_store: bool = False
+    relay_waiting_limit: int = 100_000
     # Check router/core/invariants.py after every event (the simulator does; it walks every
     # record, so a router under load does not).
     check_invariants: bool = False
@@ -122,6 +133,8 @@ class EngineStats:
     deleted: int = 0  # publisher settled before an outcome (the seed's DELETE)
     resent: int = 0  # copies resent to a subscriber's new router (failover, moves)
     adopted: int = 0  # publisher resends the mesh already had (answered without delivery)
+    stored: int = 0  # copies the relay store took for a warm subscriber away
+    released: int = 0  # records that gave their publisher's window back on stored copies
 
 
 class Engine(FailoverMixin):
@@ -151,6 +164,9 @@ class Engine(FailoverMixin):
         self._expiry: list[tuple[float, int]] = []  # heap of (deadline, record seq)
         self._now = 0.0  # the latest event's time: the engine's clock never runs backwards
         self._new_deadline: float | None = None  # see take_new_deadline
+        # Relay store: records released on stored copies, and those waiting for room.
+        self._stored_waiting = 0
+        self._release_blocked: deque[Record] = deque()
         self._init_failover()
 
     # ------------------------------------------------------------------ the entry point
@@ -191,7 +207,7 @@ class Engine(FailoverMixin):
         """Attaches, detaches, gossip and lost routers: events that do not come per message."""
         if isinstance(event, PublisherAttached):
             return self._attach_publisher(event.link, event.ident, event.address, event.mode,
-                                          event.resends)
+                                          event.resends, event.stored_enough)
         if isinstance(event, PublisherDetached):
             self._detach_publisher(event.link, event.final)
         elif isinstance(event, SubscriberAttached):
@@ -208,6 +224,8 @@ class Engine(FailoverMixin):
             self._remote_subscriber_removed(event.router, event.key)
         elif isinstance(event, PeerLost):
             self._peer_lost(event.router, event.reason, event.restarted)
+        elif isinstance(event, Held):
+            self._copies_stored(event.items)
         else:
             raise TypeError(f"the engine has no handler for {type(event).__name__}")
         return None
@@ -277,7 +295,7 @@ class Engine(FailoverMixin):
 
     def _attach_publisher(
         self, link: int, ident: LinkIdentity, address: str, mode: str,
-        resends: list[bytes] | None,
+        resends: list[bytes] | None, stored_enough: bool = False,
     ) -> dict[str, Any]:
         """A client attached a link to send to topic `address` (already validated).
         `resends` are the tags it declared unsettled (resume): it sends those again, and the
@@ -287,7 +305,7 @@ class Engine(FailoverMixin):
             raise ValueError(f"delivery mode {mode!r} is not one of {MODES}")
         label = ident.label(self.config.router_id)
         self._replace_publisher(ident, label)
-        pub = Publisher(link, ident, address, mode, label)
+        pub = Publisher(link, ident, address, mode, label, stored_enough)
         pub.resends = dict.fromkeys(resends or ())
         self.publishers[link] = pub
         if resends is not None:
@@ -404,6 +422,9 @@ class Engine(FailoverMixin):
                 waiting[rec.seq] = rec
         sub.inflight.clear()
         sub.queue = deque(waiting.values())
+        if self.config.relay_store and not sub.presettled:
+            for rec in sub.queue:
+                self._ask_hold(rec, sub)
         sub.warm_until = until = now + (sub.warm_timeout or self.config.reconnect_timeout)
         heapq.heappush(self._warm_expiry, (until, sub.sid))
         self._note_deadline(until)
@@ -750,6 +771,8 @@ class Engine(FailoverMixin):
                 self._queue_before(sub, rec, later_ids)
             else:
                 sub.queue.append(rec)
+            if sub.link is None and self.config.relay_store and not sub.presettled:
+                self._ask_hold(rec, sub)
         for sid in matched:
             self._pump(by_sid[sid])
         if rec.accepted:  # a resumed subscriber had declared it accepted already
@@ -961,12 +984,16 @@ class Engine(FailoverMixin):
             elif rec.accepted == n:
                 outcome = ACCEPTED
             else:
+                if rec.held:
+                    self._maybe_release(rec)
                 return
         elif rec.accepted:
             outcome = ACCEPTED
         elif rec.failed == n:
             outcome = self._failure(rec)
         else:
+            if rec.held:
+                self._maybe_release(rec)
             return
         rec.outcome = outcome
         if rec.origin is not None:
@@ -980,7 +1007,7 @@ class Engine(FailoverMixin):
         else:
             self.stats.rejected += 1
         pub = rec.publisher
-        if pub is not None and not rec.pub_settled:
+        if pub is not None and not rec.pub_settled and not rec.early:
             self._actions.append(Decide(pub.link, rec.pub_tag, outcome))
 
     def _verdict(self, rec: Record, outcome: Outcome) -> Verdict:
@@ -1085,7 +1112,7 @@ class Engine(FailoverMixin):
         """The publisher settled (or left). Without an outcome yet, the message is no longer
         tracked: copies not sent are withdrawn, copies sent are settled."""
         rec.pub_settled = True
-        if rec.outcome is None:
+        if rec.outcome is None and not rec.early:  # (answered early: its copies stay owed)
             self.stats.deleted += 1
             self._withdraw(rec)
         self._maybe_forget(rec)
@@ -1138,11 +1165,73 @@ class Engine(FailoverMixin):
             if not copy.sub_settled and copy.state == ACCEPTED_STATE:
                 # Relay the publisher's settlement to a subscriber still waiting for it.
                 self._settle_copy(copy.sub, rec, copy)
+        if rec.stored:
+            self._actions.append(Unhold(rec.id))
+        if rec.released:  # its window place was given back already
+            self._released_done()
+            return
         pub = rec.publisher
         if pub is not None:
             pub.live -= 1
             if pub.link in self.publishers:
                 self._refill(pub)
+
+    # ------------------------------------------------------------------ relay store
+
+    def _ask_hold(self, rec: Record, sub: Subscriber) -> None:
+        """Ask the relay store to hold `sub`'s pending copy of `rec` (it is away): `Held`
+        comes back once the store committed it."""
+        copy = rec.copies.get(sub.sid)
+        if copy is None or copy.held or copy.state > SENT or rec.presettled:
+            return
+        self._actions.append(Hold(sub.sid, rec.seq, sub.key, rec.id, rec.address,
+                                  rec.payload))
+
+    def _copies_stored(self, items: list[tuple[int, int]]) -> None:
+        """The store committed these copies: they are durable now (docs/relay.md)."""
+        touched: dict[int, Record] = {}
+        for sid, seq in items:
+            rec = self.records.get(seq)
+            copy = rec.copies.get(sid) if rec is not None else None
+            if rec is None or copy is None or copy.held or copy.state > SENT:
+                continue  # accepted, failed or gone meanwhile: nothing waits for the store
+            hold_copy(rec, copy)
+            self.stats.stored += 1
+            touched[seq] = rec
+        for rec in touched.values():
+            self._decide(rec)
+
+    def _maybe_release(self, rec: Record) -> None:
+        """Every pending part of our record is a stored copy: its publisher's window place
+        comes back, its body goes (the store has it), and a publisher whose acknowledgement
+        counts stored copies is answered now. Its final outcome still waits for them."""
+        if rec.released or rec.origin is not None or rec.pending != rec.held:
+            return
+        if self._stored_waiting >= self.config.relay_waiting_limit:
+            self._release_blocked.append(rec)  # back-pressure: released when there is room
+            return
+        rec.released = True
+        self._stored_waiting += 1
+        self.stats.released += 1
+        rec.payload = IN_STORE
+        pub = rec.publisher
+        if pub is None:
+            return
+        if pub.stored_enough and rec.outcome is None and not rec.pub_settled:
+            rec.early = True
+            self._actions.append(Decide(pub.link, rec.pub_tag, ACCEPTED))
+        pub.live -= 1
+        if pub.link in self.publishers:
+            self._refill(pub)
+
+    def _released_done(self) -> None:
+        """A released record is forgotten: one blocked by the limit may go now."""
+        self._stored_waiting -= 1
+        blocked = self._release_blocked
+        while blocked and self._stored_waiting < self.config.relay_waiting_limit:
+            rec = blocked.popleft()
+            if rec.seq in self.records and rec.held:
+                self._maybe_release(rec)
 
     def _track(self, rec: Record) -> None:
         """A record is live: index it by sequence number and by delivery id."""

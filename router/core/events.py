@@ -38,18 +38,20 @@ class Event:
 
 class PublisherAttached(Event):
     """A client attached a link to send to topic `address` (validated) in delivery `mode`.
-    `resends`: the tags it declared unsettled on resume (it sends them again)."""
+    `resends`: the tags it declared unsettled on resume (it sends them again).
+    `stored_enough`: its acknowledgement counts copies a relay stored (MQTT, docs/relay.md)."""
 
-    __slots__ = ("address", "ident", "link", "mode", "resends")
+    __slots__ = ("address", "ident", "link", "mode", "resends", "stored_enough")
 
     def __init__(self, now: float, link: int, ident: LinkIdentity, address: str, mode: str,
-                 resends: list[bytes] | None = None) -> None:
+                 resends: list[bytes] | None = None, stored_enough: bool = False) -> None:
         self.now = now
         self.link = link
         self.ident = ident
         self.address = address
         self.mode = mode
         self.resends = resends
+        self.stored_enough = stored_enough
 
 
 class PublisherDetached(Event):
@@ -275,6 +277,19 @@ class PeerLost(Event):
         self.router = router
         self.reason = reason
         self.restarted = restarted
+
+
+# ---------------------------------------------------------------------------- relay store
+
+
+class Held(Event):
+    """The relay store committed the copies of `Hold` actions: (sid, record seq) each."""
+
+    __slots__ = ("items",)
+
+    def __init__(self, now: float, items: list[tuple[int, int]]) -> None:
+        self.now = now
+        self.items = items
 
 
 # ---------------------------------------------------------------------------- time

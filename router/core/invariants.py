@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from .records import CopyState, PartState, Record, Role
-from .transitions import counts
+from .transitions import counts, held_count
 
 if TYPE_CHECKING:
     from .engine import Engine
@@ -45,6 +45,9 @@ def _check_record(engine: Engine, seq: int, rec: Record) -> None:
     want = counts(rec)
     if have != want:
         raise _fail(rec, f"counters (pending, accepted, failed) say {have}, states say {want}")
+    if rec.held != held_count(rec):
+        raise _fail(rec, f"counts {rec.held} stored copies pending, its copies say "
+                         f"{held_count(rec)}")
     if engine.find(rec.id) is None:
         raise _fail(rec, "is live but cannot be found by its delivery id")
     role = rec.role

@@ -119,10 +119,15 @@ class Subscriber:
 class Publisher:
     __slots__ = (
         "address", "credit_out", "ident", "label", "link", "live", "mode", "records", "resends",
+        "stored_enough",
     )
 
-    def __init__(self, link: int, ident: LinkIdentity, address: str, mode: str, label: str):
+    def __init__(self, link: int, ident: LinkIdentity, address: str, mode: str, label: str,
+                 stored_enough: bool = False):
         self.link = link
+        # Its acknowledgement means "every owed subscriber accepted it, or has it durably
+        # stored by its relay" (MQTT's PUBACK and PUBREC, docs/relay.md), not "accepted".
+        self.stored_enough = stored_enough
         self.ident = ident
         self.address = address
         self.mode = mode
@@ -138,11 +143,15 @@ class Publisher:
 
 
 class Copy:
-    __slots__ = ("attempts", "reason", "state", "sub", "sub_settled")
+    __slots__ = ("attempts", "held", "reason", "state", "sub", "sub_settled")
 
     def __init__(self, sub: Subscriber) -> None:
         self.sub = sub
         self.state = CopyState.QUEUED
+        # The router's relay store holds this copy durably (docs/relay.md): while it is
+        # pending it counts in `Record.held`. Stays set once it is done: the store's row goes
+        # when the record is forgotten.
+        self.held = False
         self.attempts = 0  # deliveries so far, counting the first
         self.reason = ""  # why it failed, for the publisher's outcome
         self.sub_settled = False  # the subscriber settled its side
@@ -197,10 +206,12 @@ class Record:
         "address",
         "answered",
         "copies",
+        "early",
         "expires",
         "failed",
         "final",
         "former",
+        "held",
         "id",
         "mode",
         "origin",
@@ -216,8 +227,10 @@ class Record:
         "pub_settled",
         "pub_tag",
         "publisher",
+        "released",
         "role",
         "seq",
+        "stored",
         "told",
     )
 
@@ -273,6 +286,14 @@ class Record:
         self.failed = 0  # copies and peer parts failed
         self.outcome: Outcome | None = None
         self.pub_settled = presettled
+        # Relays (docs/relay.md): pending copies the relay store holds; whether a copy of it
+        # was ever stored (the store has rows to drop when it is forgotten); whether every
+        # pending copy was stored, which gave its publisher's window place back and, for a
+        # publisher whose acknowledgement counts stored copies, its answer (`Engine._release`).
+        self.held = 0
+        self.stored = False
+        self.released = False
+        self.early = False  # its publisher was answered on stored copies
 
     @property
     def parts(self) -> int:

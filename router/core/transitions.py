@@ -22,6 +22,9 @@ Copies (one subscriber of this router, one message):
     QUEUED    WITHDRAW          WITHDRAWN   the publisher stopped tracking the message
     SENT      WITHDRAW          WITHDRAWN   likewise (the router settles its side)
 
+A pending copy can also be marked held (`hold_copy`): the router's relay store holds it
+durably (docs/relay.md). It keeps its state; `Record.held` counts the pending ones.
+
 Peer parts (one subscriber at another router, as the origin sees it):
 
     PENDING   ACCEPT            ACCEPTED    that router's verdict named it accepted
@@ -153,14 +156,29 @@ def move_copy(rec: Record, copy: Copy, step: Step, reason: str = "") -> None:
     _copy_delta(rec, old, -1)
     _copy_delta(rec, new, 1)
     copy.state = new
+    if copy.held and new > SENT:  # a stored copy that is done: no longer waited for
+        rec.held -= 1
     if step == Step.FAIL:
         copy.reason = reason
+
+
+def hold_copy(rec: Record, copy: Copy) -> None:
+    """The relay store holds a pending copy durably (docs/relay.md)."""
+    if copy.held or copy.state > SENT:
+        raise IllegalTransition(
+            f"copy of {rec.id} for {copy.sub.label}: {copy.state.name} cannot be stored"
+            + (" again" if copy.held else ""))
+    copy.held = True
+    rec.held += 1
+    rec.stored = True
 
 
 def drop_copy(rec: Record, key: int) -> Copy:
     """Take a copy out of the record (its subscriber moved to another router)."""
     copy = rec.copies.pop(key)
     _copy_delta(rec, copy.state, -1)
+    if copy.held and copy.state <= SENT:
+        rec.held -= 1
     return copy
 
 
@@ -235,6 +253,11 @@ def counts(rec: Record) -> tuple[int, int, int]:
         elif pstate == PartState.FAILED:
             failed += 1
     return pending, accepted, failed
+
+
+def held_count(rec: Record) -> int:
+    """Pending copies the relay store holds, from the states: what `rec.held` must say."""
+    return sum(1 for c in rec.copies.values() if c.held and c.state in (QUEUED, SENT))
 
 
 # ---------------------------------------------------------------------------- record roles

@@ -23,6 +23,7 @@ from router.core.engine import Engine, EngineConfig
 from router.core.events import TimePassed
 from router.nodeloop import NodeLoop
 from router.ports import EdgeConnection, MeshPort
+from router.runtime.relay_store import RouterRelayStore
 
 log = logging.getLogger("exactmesh.router")
 
@@ -40,9 +41,15 @@ class Node:
                 publisher_window=config.publisher_window,
                 reconnect_timeout=config.reconnect_timeout,
                 resume_timeout=config.resume_timeout,
+                relay_store=bool(config.relay_store),
+                relay_waiting_limit=config.relay_waiting_limit,
             )
         )
         self.loop = NodeLoop(self.engine)  # links, the mesh, and applying actions there
+        self.relay_store: RouterRelayStore | None = None
+        if config.relay_store:
+            self.relay_store = RouterRelayStore(config.relay_store, config.id)
+            self.loop.store = self.relay_store
         self.connections: set[EdgeConnection] = set()
         self.stopping = False
         self._timer_scope: trio.CancelScope | None = None  # the timer's sleep, while it sleeps
