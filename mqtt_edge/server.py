@@ -29,6 +29,7 @@ import trio
 
 from router.config import HostPort
 
+from .persistence import restore_sessions
 from .reactor import Output, Reactor
 from .session import MqttConnection, MqttState
 
@@ -47,6 +48,7 @@ async def serve_mqtt(
     # The edge's per-router state (sessions, retained store), kept here for as long as the
     # edge serves: made now, so that retained messages other routers share are kept.
     state = MqttState(node)
+    restore_sessions(node, state)  # with a relay store, the sessions of the last run
     reactor = Reactor(node.now)
     try:
         async with trio.open_nursery() as nursery:

@@ -116,7 +116,7 @@ class SessionState:
 
     __slots__ = (
         "client_id", "conn", "expires_at", "expiry", "in_rec", "next_pid", "out", "out_rel",
-        "persistent", "pid_by_copy", "subs", "will", "will_timer",
+        "persistent", "pid_by_copy", "stored", "subs", "will", "will_timer",
     )
 
     def __init__(self, client_id: str) -> None:
@@ -126,6 +126,7 @@ class SessionState:
         self.expiry = 0.0  # seconds the session outlives its connection
         self.expires_at: float | None = None
         self.subs: dict[str, int] = {}  # topic filter -> granted QoS
+        self.stored = False  # the relay store keeps it (`--relay-store`, `_keep_session`)
         # QoS 2 PUBLISHes from the client answered with PUBREC, waiting for PUBREL: pid ->
         # the reason code sent (a PUBLISH with the same pid is answered again, not delivered).
         self.in_rec: dict[int, int] = {}
@@ -443,6 +444,7 @@ class MqttConnection:
             True))
         for topic_filter, qos in session.subs.items():
             self._attach(topic_filter, qos)
+        self._keep_session(session)
         # Resend what the client had not completed (MQTT 5.0 section 4.4): PUBRELs now;
         # the PUBLISHes come again from the warm subscribers' queues, with the same pids.
         for pid in sorted(session.out_rel):
@@ -458,6 +460,22 @@ class MqttConnection:
                 if s.conn is None and s.expires_at is not None and s.expires_at <= now]
         for s in gone:
             del registry[s.client_id]
+            s.persistent = False
+            self._keep_session(s)
+
+    def _keep_session(self, session: SessionState) -> None:
+        """With a relay store, a persistent session is kept there (its expiry and
+        subscriptions) so that a restarted router still has it (mqtt_edge/persistence.py);
+        one that is no longer persistent leaves it."""
+        store = self.node.relay_store
+        if store is None:
+            return
+        if session.persistent:
+            store.save_session(session.client_id, session.expiry, dict(session.subs))
+            session.stored = True
+        elif session.stored:
+            store.drop_session(session.client_id)
+            session.stored = False
 
     def _end_session(self, session: SessionState, subs: dict[str, int] | None = None) -> None:
         """A clean start discards the old session: its warm subscriptions end (what they were
@@ -472,6 +490,8 @@ class MqttConnection:
             self.engine.handle(ev.SubscriberAttached(now, link_id, ident, topic_filter))
             self.engine.handle(ev.SubscriberDetached(now, link_id, True))
         session.subs.clear()
+        session.persistent = False
+        self._keep_session(session)
 
     def _mesh_session(self, client_id: str) -> dict[str, int]:
         """Topic filter -> granted QoS of `client_id`'s subscriptions that the mesh places at
@@ -617,6 +637,7 @@ class MqttConnection:
             self.session.subs[f] = qos
             self._attach(f, qos)
             codes.append(qos)
+        self._keep_session(self.session)
         self._send(SubAck(s.packet_id, tuple(codes)))
         for f, qos, handling, existed in wanted:
             if handling == 0 or (handling == 1 and not existed):
@@ -687,6 +708,7 @@ class MqttConnection:
             else:
                 self._detach(sl, final=True)
                 codes.append(0)
+        self._keep_session(self.session)
         self._send(UnsubAck(u.packet_id, tuple(codes) if self.version == MQTT_5 else ()))
 
     # ---------------------------------------------------------------- PUBLISH out
@@ -944,6 +966,8 @@ class MqttConnection:
             registry = self.state.sessions
             if registry.get(s.client_id) is s:
                 del registry[s.client_id]
+            s.persistent = False  # not here any more: it leaves this router's store
+            self._keep_session(s)
 
     def taken_over(self) -> None:
         """Another connection with the same client id takes the session over."""
@@ -993,8 +1017,13 @@ class MqttConnection:
             registry = self.state.sessions
             if persistent:
                 s.expires_at = self.node.now() + s.expiry
-            elif registry.get(s.client_id) is s:
-                del registry[s.client_id]
+                store = self.node.relay_store
+                if store is not None and s.stored:
+                    store.session_away(s.client_id)
+            else:
+                self._keep_session(s)  # (a session that ends leaves the store)
+                if registry.get(s.client_id) is s:
+                    del registry[s.client_id]
 
     def _will(self, s: SessionState, will: Will, persistent: bool) -> None:
         """The connection ended without a normal DISCONNECT: publish the will now, or after

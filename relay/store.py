@@ -56,7 +56,8 @@ _SCHEMA = (
     # so a client's order survives deletes and restarts).
     "CREATE TABLE IF NOT EXISTS inbound (seq INTEGER PRIMARY KEY AUTOINCREMENT, "
     "client TEXT NOT NULL, delivery_id TEXT NOT NULL, address TEXT NOT NULL, "
-    "payload BLOB NOT NULL, state TEXT NOT NULL, answer TEXT, UNIQUE (client, delivery_id))",
+    "payload BLOB NOT NULL, state TEXT NOT NULL, answer TEXT, origin TEXT NOT NULL DEFAULT '', "
+    "UNIQUE (client, delivery_id))",
     "CREATE INDEX IF NOT EXISTS inbound_by_client ON inbound (client, seq)",
     "CREATE INDEX IF NOT EXISTS inbound_by_id ON inbound (delivery_id)",
     "CREATE TABLE IF NOT EXISTS done (client TEXT NOT NULL, delivery_id TEXT NOT NULL, "
@@ -87,6 +88,7 @@ class Inbound:
     state: str = STORED
     answer: str | None = None
     seq: int = 0
+    origin: str = ""  # the router that answers its publisher, if not the store's own
 
 
 @dataclass(frozen=True, slots=True)
@@ -239,8 +241,8 @@ class RelayStore:
                     continue
                 cur = c.execute(
                     "INSERT OR IGNORE INTO inbound(client, delivery_id, address, payload, "
-                    "state) VALUES(?, ?, ?, ?, ?)",
-                    (client, m.delivery_id, m.address, m.payload, STORED))
+                    "state, origin) VALUES(?, ?, ?, ?, ?, ?)",
+                    (client, m.delivery_id, m.address, m.payload, STORED, m.origin))
                 fresh.append(cur.rowcount == 1)
         return fresh
 
@@ -295,6 +297,23 @@ class RelayStore:
         rows = self._rows("SELECT payload FROM inbound WHERE delivery_id=? LIMIT 1",
                           (delivery_id,))
         return bytes(rows[0][0]) if rows else None
+
+    def restorable(self) -> list[tuple[str, str, str, str]]:
+        """Every copy not yet answered, in arrival order, as (client, delivery_id, address,
+        origin): what a restarted router owes its subscribers again."""
+        return [tuple(r) for r in self._rows(
+            "SELECT client, delivery_id, address, origin FROM inbound WHERE state!=? "
+            "ORDER BY seq", (ANSWERED,))]
+
+    def drop_copy(self, client: str, delivery_id: str) -> None:
+        with self._tx() as c:
+            c.execute("DELETE FROM inbound WHERE client=? AND delivery_id=?",
+                      (client, delivery_id))
+
+    def drop_copies_of(self, client: str) -> int:
+        """Drop every copy held for `client` (nobody is owed them any more)."""
+        with self._tx() as c:
+            return c.execute("DELETE FROM inbound WHERE client=?", (client,)).rowcount
 
     def forget_copies(self, delivery_ids: Iterable[str]) -> None:
         """Drop every client's copy of these deliveries: a router with a relay store holds

@@ -78,6 +78,20 @@ class RelayStorePort(Protocol):
     def payload(self, msg_id: str) -> bytes | None:
         """A held message's body (a released record has none in memory)."""
 
+    # Persistent MQTT sessions, so that a restarted router still has them (the MQTT edge).
+    def sessions(self) -> list[tuple[str, float, float | None, dict[str, int]]]:
+        """(client id, expiry s, seconds left while away or None, filter -> QoS) each."""
+
+    def save_session(self, client_id: str, expiry: float, subs: dict[str, int]) -> None: ...
+    def session_away(self, client_id: str) -> None: ...
+    def drop_session(self, client_id: str) -> None: ...
+
+    def restorable(self) -> list[tuple[str, str, str, str]]:
+        """Copies held from before a restart: the engine's `Restored` items."""
+
+    def drop_copies(self, items: list[tuple[str, str]]) -> None:
+        """Drop these (subscriber key, delivery id) copies: nobody is owed them now."""
+
 
 class RuntimePort(Protocol):
     """The router runtime as an edge or the mesh sees it."""
@@ -87,6 +101,7 @@ class RuntimePort(Protocol):
     connections: set[Any]  # the open client connections (`EdgeConnection`s), for shutdown
     stopping: bool  # shutting down: new connections are closed at once
     mesh: MeshPort | None  # the mesh node, when the router has peers (`attach_mesh`)
+    relay_store: RelayStorePort | None  # `--relay-store` (docs/relay.md), else None
 
     def now(self) -> float:
         """The runtime's clock (monotonic seconds), the `now` every engine call takes."""

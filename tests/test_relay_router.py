@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 import time
 from pathlib import Path
@@ -134,3 +135,38 @@ def test_bodies_wait_on_disk_not_in_the_router(tmp_path: Path) -> None:
         pub.stop()
         back.stop()
 
+
+
+@pytest.mark.parametrize("qos", [1, 2])
+def test_a_router_killed_while_the_session_was_away_still_delivers_what_it_stored(
+        tmp_path: Path, qos: int) -> None:
+    """PUBACK / PUBREC said "stored": SIGKILL the router right after, start it again on the
+    same store, and the session is present and gets every message once, in order."""
+    r, port = relay_router(tmp_path)
+    try:
+        offline_session(port, "survivor", V5, "crash/#", qos)
+        pub = Mq(port, "crash-pub", V5, max_inflight=WINDOW)
+        n = 150
+        mids = [pub.publish("crash/t", b"%d" % i, qos) for i in range(n)]
+        wait_for(lambda: all(m in pub.acks for m in mids), 20, "every acknowledgement")
+        os.kill(r.proc.pid, signal.SIGKILL)  # at once: nothing is flushed on the way out
+        r.proc.wait(10)
+        pub.stop()
+    finally:
+        r.stop()
+    again = RouterProcess("A", "--mqtt", f"127.0.0.1:{port}", "--publisher-window",
+                          str(WINDOW), "--relay-store", str(tmp_path / "relay"))
+    with again:
+        assert any(f"1 persistent MQTT session(s) and {n} stored" in line
+                   for line in again.log), "".join(again.log)
+        back = Mq(port, "survivor", V5, clean=False, expiry=3600)
+        assert back.session_present, "the session did not survive the restart"
+        wait_for(lambda: len(back.got) >= n, 20, "the stored messages after the restart")
+        assert back.payloads() == [b"%d" % i for i in range(n)]
+        back.stop()
+    # Acknowledged, they left the store: a further restart finds the session and nothing else.
+    third = RouterProcess("A", "--mqtt", f"127.0.0.1:{port}", "--relay-store",
+                          str(tmp_path / "relay"))
+    with third:
+        assert any("1 persistent MQTT session(s) and 0 stored" in line
+                   for line in third.log), "".join(third.log)

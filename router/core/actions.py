@@ -138,15 +138,17 @@ class Hold:
     msg_id: str
     address: str
     payload: bytes
+    origin: str  # the router its verdict goes to ("" for our own message)
 
     def __init__(self, sid: int, seq: int, key: str, msg_id: str, address: str,
-                 payload: bytes) -> None:
+                 payload: bytes, origin: str = "") -> None:
         self.sid = sid
         self.seq = seq
         self.key = key
         self.msg_id = msg_id
         self.address = address
         self.payload = payload
+        self.origin = origin
 
 
 @dataclass(slots=True)

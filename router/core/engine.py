@@ -56,6 +56,7 @@ from .events import (
     RemoteMessage,
     RemoteSubscriberAdded,
     RemoteSubscriberRemoved,
+    Restored,
     SubscriberAttached,
     SubscriberCredit,
     SubscriberDetached,
@@ -226,6 +227,8 @@ class Engine(FailoverMixin):
             self._peer_lost(event.router, event.reason, event.restarted)
         elif isinstance(event, Held):
             self._copies_stored(event.items)
+        elif isinstance(event, Restored):
+            return self._restore(event.items)
         else:
             raise TypeError(f"the engine has no handler for {type(event).__name__}")
         return None
@@ -1185,7 +1188,7 @@ class Engine(FailoverMixin):
         if copy is None or copy.held or copy.state > SENT or rec.presettled:
             return
         self._actions.append(Hold(sub.sid, rec.seq, sub.key, rec.id, rec.address,
-                                  rec.payload))
+                                  rec.payload, rec.origin or ""))
 
     def _copies_stored(self, items: list[tuple[int, int]]) -> None:
         """The store committed these copies: they are durable now (docs/relay.md)."""
@@ -1200,6 +1203,37 @@ class Engine(FailoverMixin):
             touched[seq] = rec
         for rec in touched.values():
             self._decide(rec)
+
+    def _restore(self, items: list[tuple[str, str, str, str]]) -> list[tuple[str, str]]:
+        """After a restart: the copies the relay store kept become records again, each owed
+        to its warm subscriber (restored away just before), stored and released. Ours have no
+        publisher to tell (it was answered, or it resends); another origin's answer their
+        origin, which may be waiting for them. Returns the (key, delivery id) of copies
+        nobody here is owed any more: the caller drops them from the store."""
+        unowed: list[tuple[str, str]] = []
+        restored: dict[str, Record] = {}
+        for key, msg_id, address, origin in items:
+            sub = self._warm.get(key)
+            rec = restored.get(msg_id)
+            if sub is None or (rec is None and msg_id in self._by_id) or (
+                    rec is not None and sub.sid in rec.copies):
+                unowed.append((key, msg_id))
+                continue
+            if rec is None:
+                rec = Record(self._next_seq(), None, b"", msg_id.encode(), IN_STORE, ALL,
+                             False, None, address=address, origin=origin or None)
+                rec.pub_settled = True  # no publisher link here waits for it
+                self._track(rec)
+                restored[msg_id] = rec
+                if origin:
+                    self._mesh_records[(origin, msg_id)] = rec
+                else:
+                    rec.released = True
+                    self._stored_waiting += 1
+            copy = add_copy(rec, sub.sid, sub)
+            sub.queue.append(rec)
+            hold_copy(rec, copy)
+        return unowed
 
     def _maybe_release(self, rec: Record) -> None:
         """Every pending part of our record is a stored copy: its publisher's window place

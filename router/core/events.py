@@ -292,6 +292,18 @@ class Held(Event):
         self.items = items
 
 
+class Restored(Event):
+    """A restarted router's relay store still holds these copies, in arrival order, as
+    (subscriber key, delivery id, address, origin router or ""): they are owed again to the
+    warm subscribers restored before (the MQTT edge restores its persistent sessions)."""
+
+    __slots__ = ("items",)
+
+    def __init__(self, now: float, items: list[tuple[str, str, str, str]]) -> None:
+        self.now = now
+        self.items = items
+
+
 # ---------------------------------------------------------------------------- time
 
 

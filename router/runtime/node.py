@@ -46,6 +46,8 @@ class Node:
             )
         )
         self.loop = NodeLoop(self.engine)  # links, the mesh, and applying actions there
+        # `--relay-store` (docs/relay.md): the node loop writes copies there, the MQTT edge
+        # its persistent sessions (router.ports.RuntimePort.relay_store).
         self.relay_store: RouterRelayStore | None = None
         if config.relay_store:
             self.relay_store = RouterRelayStore(config.relay_store, config.id)

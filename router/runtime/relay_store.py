@@ -5,39 +5,69 @@ The engine asks it to hold the copies owed to warm subscribers that are away (`H
 node loop commits what one pass asked for in one transaction and tells the engine (`Held`),
 which may then answer MQTT publishers and give their windows back. Rows are keyed by the
 subscriber's key and the delivery id; the engine drops them when it forgets the message.
+
+The MQTT edge keeps its persistent sessions here too (client id, expiry, subscriptions, and
+while the client is away when the session ends, in wall-clock time: the runtime's monotonic
+clock starts again with the process). After a restart it restores them, and the engine gets
+the copies back (`Restored`).
 """
 
 from __future__ import annotations
 
-import logging
+import time
 from typing import Any
 
 from relay.store import Inbound, RelayStore
-
-log = logging.getLogger("exactmesh.relay")
 
 
 class RouterRelayStore:
     def __init__(self, directory: str, router_id: str) -> None:
         self.store = RelayStore(directory, router_id)
-        left, size = self.store.held()
-        if left:
-            # A restarted router has no records for these: it cannot tell their publishers
-            # or resume them yet (docs/relay.md, "What is built"), so they are dropped.
-            log.warning("relay store %s: %d held copies (%d bytes) from an earlier run are "
-                        "dropped: this version does not restore them after a restart",
-                        self.store.db.path, left, size)
-            self.store.db.conn.execute("DELETE FROM inbound")
+
+    # ---------------------------------------------------------------- copies
 
     def hold(self, holds: list[Any], forgets: list[str]) -> None:
         with self.store.batch():
             for h in holds:
-                self.store.hold(h.key, [Inbound(h.msg_id, h.address, h.payload)])
+                self.store.hold(h.key, [Inbound(h.msg_id, h.address, h.payload,
+                                                origin=h.origin)])
             if forgets:
                 self.store.forget_copies(forgets)
 
     def payload(self, msg_id: str) -> bytes | None:
         return self.store.payload(msg_id)
+
+    def restorable(self) -> list[tuple[str, str, str, str]]:
+        return self.store.restorable()
+
+    def drop_copies(self, items: list[tuple[str, str]]) -> None:
+        with self.store.batch():
+            for key, msg_id in items:
+                self.store.drop_copy(key, msg_id)
+
+    def held(self) -> tuple[int, int]:
+        return self.store.held()
+
+    # ---------------------------------------------------------------- MQTT sessions
+
+    def sessions(self) -> list[tuple[str, float, float | None, dict[str, int]]]:
+        now = time.time()
+        return [(r.client, r.expiry, None if r.away_until is None else r.away_until - now,
+                 self.store.subscriptions(r.client)) for r in self.store.registrations()]
+
+    def save_session(self, client_id: str, expiry: float, subs: dict[str, int]) -> None:
+        with self.store.batch():
+            self.store.register(client_id, expiry)
+            for topic_filter in set(self.store.subscriptions(client_id)) - set(subs):
+                self.store.unsubscribe(client_id, topic_filter)
+            for topic_filter, qos in subs.items():
+                self.store.subscribe(client_id, topic_filter, qos)
+
+    def session_away(self, client_id: str) -> None:
+        self.store.went_away(client_id, time.time())
+
+    def drop_session(self, client_id: str) -> None:
+        self.store.drop(client_id)
 
     def close(self) -> None:
         self.store.close()

@@ -115,6 +115,7 @@ class SimRuntime:
         # link_state)`. MQTT connections are not in it: `TapConn` with their device.
         self.taps: dict[Any, Callable[[int, Any], Any]] = {}
         self.stopping = False
+        self.relay_store = None  # the simulated routers have no relay store (yet)
         self.state = MqttState(self)  # after the mesh is attached: the retained store joins it
 
     @property
