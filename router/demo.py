@@ -1,5 +1,6 @@
 """`exactmesh demo`: three routers in a line, publishers and subscribers spread over them, one
-router killed with SIGKILL mid-stream and restarted, and a delivery report.
+router killed with SIGKILL mid-stream and restarted, and a delivery report; then one router
+with a relay store and an MQTT device that is offline (router/demo_relay.py).
 
 It starts three real `exactmesh router` processes on free loopback ports (A - B - C) and
 attaches durable subscribers with overlapping wildcard filters on every router, using the
@@ -16,11 +17,6 @@ is wrong.
 
 from __future__ import annotations
 
-import os
-import signal
-import socket
-import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -30,6 +26,7 @@ from typing import Any
 from amqp_edge.client import ClientClosed, Publisher, Subscriber
 
 from .core.topics import matches
+from .demo_procs import Router, free_ports, wait
 
 ROUTERS = ["A", "B", "C"]
 FAILOVER = {"A": "B", "B": "A", "C": "B"}  # each client's second router
@@ -44,57 +41,6 @@ SUBSCRIBERS = [("all-a", "A", "orders/#"), ("eu-b", "B", "orders/eu/+"),
 DEVICE = ("sensor-b", "B", "orders/eu/#")
 VICTIM = "C"
 WINDOW = 100
-SECRET = "demo-secret"
-
-
-class Router:
-    """One `exactmesh router` process on fixed ports, so that it can be restarted."""
-
-    def __init__(self, name: str, amqp: int, mesh: int, connect: int | None,
-                 mqtt: int) -> None:
-        exe = os.path.join(os.path.dirname(sys.executable), "exactmesh")
-        self.args = [exe, "router", "--id", name, "--amqp", f"127.0.0.1:{amqp}",
-                     "--listen", f"127.0.0.1:{mesh}", "--cluster-secret", SECRET,
-                     "--mqtt", f"127.0.0.1:{mqtt}", "--log-level", "debug"]
-        self.mqtt_port = mqtt
-        if connect is not None:
-            self.args += ["--connect", f"127.0.0.1:{connect}"]
-        self.name = name
-        self.url = f"amqp://127.0.0.1:{amqp}"
-        self.lines: list[str] = []
-        self.start()
-
-    def start(self) -> None:
-        self.lines = []
-        self.proc = subprocess.Popen(self.args, stderr=subprocess.PIPE, text=True,
-                                     preexec_fn=_die_with_parent)
-        threading.Thread(target=self._read, args=(self.proc, self.lines), daemon=True).start()
-
-    @staticmethod
-    def _read(proc: subprocess.Popen, lines: list[str]) -> None:
-        assert proc.stderr is not None
-        for line in proc.stderr:
-            lines.append(line)
-
-    def ready(self) -> bool:
-        return any(" ready" in line for line in self.lines)
-
-    def knows(self) -> int:
-        return sum("knows subscriber" in line for line in self.lines)
-
-    def kill(self) -> None:
-        """SIGKILL by PID, as in a crash: no goodbye to peers or clients."""
-        if self.proc.poll() is None:
-            os.kill(self.proc.pid, signal.SIGKILL)
-        self.proc.wait(10)
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            os.kill(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                os.kill(self.proc.pid, signal.SIGKILL)
 
 
 @dataclass
@@ -188,35 +134,6 @@ class DemoPub:
         return [f"{self.name}:{i}" for i in range(1, self.count + 1)]
 
 
-def _die_with_parent() -> None:
-    """In the router's process before exec: SIGKILL it if the demo dies (say, killed by a
-    timeout) so that no router outlives it (Linux prctl PR_SET_PDEATHSIG)."""
-    try:
-        import ctypes
-
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except OSError:
-        pass  # not Linux: the demo's own cleanup still stops them
-
-
-def _free_ports(n: int) -> list[int]:
-    socks = [socket.socket() for _ in range(n)]
-    for s in socks:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in socks]
-    for s in socks:
-        s.close()
-    return ports
-
-
-def _wait(condition: Any, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise SystemExit(f"demo: timed out waiting for {what}")
-        time.sleep(0.01)
-
-
 def report(pubs: list[DemoPub], subs: list[DemoSub], device: DemoDevice | None,
            routers: dict[str, Router], elapsed: float, killed_at: float,
            back_at: float) -> bool:
@@ -282,9 +199,9 @@ def diagnose(pubs: list[DemoPub], subs: list[DemoSub], routers: dict[str, Router
 
 
 def run_demo(messages: int = 2000) -> int:
-    amqp = _free_ports(3)
-    mesh = _free_ports(3)
-    mqtt = _free_ports(3)
+    amqp = free_ports(3)
+    mesh = free_ports(3)
+    mqtt = free_ports(3)
     routers: dict[str, Router] = {}
     subs: list[DemoSub] = []
     pubs: list[DemoPub] = []
@@ -294,7 +211,7 @@ def run_demo(messages: int = 2000) -> int:
         for i, name in enumerate(ROUTERS):  # A - B - C: each connects to the previous one
             routers[name] = Router(name, amqp[i], mesh[i], mesh[i - 1] if i else None, mqtt[i])
         for r in routers.values():
-            _wait(r.ready, 15, f"router {r.name}")
+            wait(r.ready, 15, f"router {r.name}")
         print("routers: " + " - ".join(f"{n} ({r.url})" for n, r in routers.items()))
 
         def urls(router: str) -> list[str]:
@@ -307,11 +224,11 @@ def run_demo(messages: int = 2000) -> int:
         device = _device(routers)
         where_subs = [router for _, router, _ in SUBSCRIBERS]
         if device is not None:
-            _wait(device.subscribed, 15, "the MQTT device's SUBACK")
+            wait(device.subscribed, 15, "the MQTT device's SUBACK")
             where_subs.append(device.router)
         remote = {r: sum(1 for s in where_subs if s != r) for r in ROUTERS}
         for r in {router for _, router, _ in PUBLISHERS}:
-            _wait(lambda r=r: routers[r].knows() >= remote[r], 15, f"gossip to {r}")
+            wait(lambda r=r: routers[r].knows() >= remote[r], 15, f"gossip to {r}")
         print("gossip converged: every publishing router knows every subscriber")
         for s in subs:
             threading.Thread(target=s.run, daemon=True).start()
@@ -326,14 +243,14 @@ def run_demo(messages: int = 2000) -> int:
         everyone: list[Any] = [*subs, *([device] if device is not None else [])]
         expected = sum(1 for s in everyone for p in pubs if matches(s.filter, p.topic)) \
             * messages
-        _wait(lambda: sum(len(s.ids) for s in everyone) >= expected // 3, 60, "a third of it")
+        wait(lambda: sum(len(s.ids) for s in everyone) >= expected // 3, 60, "a third of it")
         killed_at = time.monotonic()
         routers[VICTIM].kill()
         print(f"router {VICTIM} killed with SIGKILL mid-stream "
               f"({sum(len(s.ids) for s in everyone)} of {expected} deliveries done)")
-        _wait(lambda: time.monotonic() - killed_at >= 1.0, 2, "a second")
+        wait(lambda: time.monotonic() - killed_at >= 1.0, 2, "a second")
         routers[VICTIM].start()
-        _wait(routers[VICTIM].ready, 15, f"router {VICTIM} to restart")
+        wait(routers[VICTIM].ready, 15, f"router {VICTIM} to restart")
         back_at = time.monotonic()
         print(f"router {VICTIM} restarted")
         deadline = time.monotonic() + 45  # then report what is missing, if anything
@@ -347,6 +264,9 @@ def run_demo(messages: int = 2000) -> int:
         ok = report(pubs, subs, device, routers, elapsed, killed_at, back_at)
         if not ok:
             diagnose(pubs, subs, routers)
+        from .demo_relay import run_relay_demo  # (it imports this module's helpers)
+
+        ok = run_relay_demo(state.name, messages) and ok
     finally:
         for s in subs:
             s.stop.set()

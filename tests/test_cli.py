@@ -214,6 +214,10 @@ def test_demo_runs_and_reports_success():
     # the MQTT device at B: owed paris' and berlin's 600, processed 600, 0 dup, 0 lost
     device = next(line for line in result.stdout.splitlines() if line.startswith("sensor-b"))
     assert device.split()[-6:] == ["600", "600", "0", "0", "yes", "-"], device
+    # the relay store part (router/demo_relay.py): acknowledged while away, kept across SIGKILL
+    assert "300 QoS 1 messages acknowledged in" in result.stdout, result.stdout
+    assert ("device back: session present True, 300 messages, 0 duplicated, in order: OK"
+            in result.stdout), result.stdout
 
 
 def test_a_router_process_collects_young_garbage_less_often() -> None:
