@@ -156,3 +156,45 @@ def test_copies_in_doubt_when_the_subscriber_leaves_are_stored_too() -> None:
     (hold,) = of(e.take_actions(), Hold)
     assert hold.payload == b"m1"
     assert len(of(store(e, [hold]), Decide)) == 1
+
+
+def test_a_present_subscriber_with_its_window_full_gets_its_waiting_copies_stored() -> None:
+    """The issue's deadlock: a client subscribed to its own topic with Receive Maximum 1
+    publishes before acknowledging what it receives. Its window is full with its first
+    message: that copy and every later one are stored, so each publish is answered, and the
+    client can go on to acknowledge what it got."""
+    e = setup(stored_enough=True)
+    e.attach_subscriber(7, LinkIdentity("dev", "mqtt/t"), "t", warm_timeout=3600.0)
+    e.subscriber_credit(7, 1)  # its Receive Maximum
+    e.take_actions()
+    e.message(PUB, b"1", b"m1")
+    first = e.take_actions()
+    (sent,) = of(first, Send)
+    assert [h.payload for h in of(first, Hold)] == [b"m1"]  # the window is full: stored
+    assert [d.tag for d in of(store(e, first), Decide)] == [b"1"]
+    e.message(PUB, b"2", b"m2")
+    second = e.take_actions()
+    assert of(second, Send) == []
+    (hold,) = of(second, Hold)
+    assert [d.tag for d in of(store(e, second), Decide)] == [b"2"]
+    e.copy_outcome(7, sent.tag, Disposition.ACCEPTED, settled=True)
+    e.subscriber_credit(7, 1)
+    after = e.take_actions()
+    assert of(after, Decide) == []  # answered already
+    (send2,) = of(after, Send)
+    assert send2.payload == b"" and send2.tag.decode() == hold.msg_id  # from the store
+    e.publisher_settled(PUB, b"2")  # the PUBACK settled it (QoS 1)
+    e.copy_outcome(7, send2.tag, Disposition.ACCEPTED, settled=True)
+    assert [u.msg_id for u in of(e.take_actions(), Unhold)] == [hold.msg_id]
+
+
+def test_a_present_subscriber_with_room_is_not_stored_for() -> None:
+    """The common case costs no store write: copies to a subscriber with credit go out."""
+    e = setup(stored_enough=True)
+    e.attach_subscriber(7, LinkIdentity("dev", "mqtt/t"), "t", warm_timeout=3600.0)
+    e.subscriber_credit(7, 10)
+    e.take_actions()
+    for i in range(5):
+        e.message(PUB, b"%d" % i, b"m")
+    actions = e.take_actions()
+    assert len(of(actions, Send)) == 5 and of(actions, Hold) == []

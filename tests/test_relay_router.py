@@ -13,8 +13,10 @@ import os
 import shutil
 import signal
 import subprocess
+import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -170,3 +172,55 @@ def test_a_router_killed_while_the_session_was_away_still_delivers_what_it_store
     with third:
         assert any("1 persistent MQTT session(s) and 0 stored" in line
                    for line in third.log), "".join(third.log)
+
+
+def test_a_client_publishing_to_itself_past_its_receive_maximum_does_not_wait_forever(
+        tmp_path: Path) -> None:
+    """The issue's deadlock, with paho's manual acknowledgements: a persistent session with
+    Receive Maximum 2 subscribes to its own topic and publishes 6 QoS 1 messages before it
+    acknowledges any it receives. Without a store the third PUBACK waits for the client's own
+    acknowledgements, which wait for the PUBACKs. With one, once its window is full the
+    copies in it and those after it are stored, every PUBACK comes, and then it gets all 6
+    once, in order."""
+    import paho.mqtt.client as mqtt
+    from paho.mqtt.packettypes import PacketTypes
+    from paho.mqtt.properties import Properties
+
+    r, port = relay_router(tmp_path)
+    with r:
+        got: list[Any] = []
+        acked: set[int] = set()
+        ready = threading.Event()
+        c = mqtt.Client(callback_api_version=mqtt.CallbackAPIVersion.VERSION2,
+                        protocol=mqtt.MQTTv5, client_id="loop")
+        c.manual_ack_set(True)
+        c.on_connect = lambda *a: ready.set()
+        c.on_message = lambda cl, u, m: got.append(m)
+        c.on_publish = lambda cl, u, mid, rc, p: acked.add(mid)
+        props = Properties(PacketTypes.CONNECT)
+        props.SessionExpiryInterval = 3600
+        props.ReceiveMaximum = 2
+        c.connect("127.0.0.1", port, clean_start=False, properties=props)
+        c.loop_start()
+        try:
+            assert ready.wait(10)
+            subscribed = threading.Event()
+            c.on_subscribe = lambda *a: subscribed.set()
+            c.subscribe("self/#", 1)
+            assert subscribed.wait(10)
+            mids = [c.publish("self/t", b"%d" % i, 1).mid for i in range(6)]
+            wait_for(lambda: all(m in acked for m in mids), 10,
+                     "every PUBACK while the client holds back its own acknowledgements")
+            assert len(got) == 2, "the router sent more than the client's Receive Maximum"
+            done = 0
+            deadline = time.monotonic() + 20
+            while done < 6 and time.monotonic() < deadline:
+                if done < len(got):
+                    c.ack(got[done].mid, 1)
+                    done += 1
+                else:
+                    wait_for(lambda n=done: len(got) > n, 10, f"message {done + 1}")
+            assert [m.payload for m in got] == [b"%d" % i for i in range(6)]
+        finally:
+            c.disconnect()
+            c.loop_stop()

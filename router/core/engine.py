@@ -425,7 +425,7 @@ class Engine(FailoverMixin):
                 waiting[rec.seq] = rec
         sub.inflight.clear()
         sub.queue = deque(waiting.values())
-        if self.config.relay_store and not sub.presettled:
+        if self.config.relay_store:
             for rec in sub.queue:
                 self._ask_hold(rec, sub)
         sub.warm_until = until = now + (sub.warm_timeout or self.config.reconnect_timeout)
@@ -442,6 +442,8 @@ class Engine(FailoverMixin):
         sub = self.subscribers.get(link)
         if sub is not None:
             sub.credit = credit
+            if credit > 0:
+                sub.stored_full = False
             self._pump(sub)
 
     def has_queued(self, link: int) -> bool:
@@ -774,10 +776,13 @@ class Engine(FailoverMixin):
                 self._queue_before(sub, rec, later_ids)
             else:
                 sub.queue.append(rec)
-            if sub.link is None and self.config.relay_store and not sub.presettled:
-                self._ask_hold(rec, sub)
         for sid in matched:
             self._pump(by_sid[sid])
+        if self.config.relay_store:
+            for sid in matched:
+                sub = by_sid[sid]
+                if sub.warm_timeout and (sub.link is None or sub.credit <= 0):
+                    self._store_waiting(rec, sub)
         if rec.accepted:  # a resumed subscriber had declared it accepted already
             self._decide(rec)
 
@@ -1181,11 +1186,25 @@ class Engine(FailoverMixin):
 
     # ------------------------------------------------------------------ relay store
 
+    def _store_waiting(self, rec: Record, sub: Subscriber) -> None:
+        """A warm subscriber is away, or present with its window full: its copy of `rec`
+        waits, so it is stored, and its publisher need not wait with it (docs/relay.md). The
+        first time its window is found full, the copies in that window are stored too: the
+        client may be holding its acknowledgements back until its own publishes are answered
+        (a client subscribed to its own topic), and they would wait for each other."""
+        self._ask_hold(rec, sub)
+        if sub.link is not None and not sub.stored_full:
+            sub.stored_full = True
+            for sent in sub.inflight.values():
+                if sent is not rec:  # (asked for just above)
+                    self._ask_hold(sent, sub)
+
     def _ask_hold(self, rec: Record, sub: Subscriber) -> None:
-        """Ask the relay store to hold `sub`'s pending copy of `rec` (it is away): `Held`
-        comes back once the store committed it."""
+        """Ask the relay store to hold `sub`'s pending copy of `rec`: `Held` comes back once
+        the store committed it. Not an at-most-once copy."""
         copy = rec.copies.get(sub.sid)
-        if copy is None or copy.held or copy.state > SENT or rec.presettled:
+        if copy is None or copy.held or copy.state > SENT or rec.presettled \
+                or sub.presettled:
             return
         self._actions.append(Hold(sub.sid, rec.seq, sub.key, rec.id, rec.address,
                                   rec.payload, rec.origin or ""))

@@ -78,7 +78,8 @@ class LinkIdentity:
 class Subscriber:
     __slots__ = (
         "credit", "filter", "gen", "holding", "ident", "inflight", "key", "label", "link",
-        "placeholders", "presettled", "queue", "sid", "since", "warm_timeout", "warm_until",
+        "placeholders", "presettled", "queue", "sid", "since", "stored_full", "warm_timeout",
+        "warm_until",
     )
 
     def __init__(
@@ -114,6 +115,9 @@ class Subscriber:
         self.queue: deque[Record] = deque()
         # Copies sent and not yet settled on the router's side, by outgoing tag.
         self.inflight: dict[bytes, Record] = {}
+        # With a relay store: its window filled up and the copies in it were stored
+        # (`Engine._store_waiting`); set again only after it gets credit.
+        self.stored_full = False
 
 
 class Publisher:
