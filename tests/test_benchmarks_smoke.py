@@ -265,3 +265,14 @@ def test_relay_store() -> None:
     assert set(rows) == {1, 16, 256}, out
     for r in rows.values():
         assert num(r["copies/s"]) > 0 and num(r["life us"]) >= num(r["write us"]) > 0, r
+
+
+def test_relay_router() -> None:
+    """A router with a relay store (benchmarks/relay_router.py): every row finishes and its
+    subscriber (present, or the session back) gets every message; figures are printed."""
+    out = run_benchmark("relay_router", "--quick")
+    rows = {r["scenario"]: r for r in table(out, "scenario")}
+    assert set(rows) == {"present, no store", "present, store", "absent, store"}, out
+    for r in rows.values():
+        assert num(r["msgs/s"]) > 0 and num(r["handed"]) == 300, r
+    assert num(rows["absent, store"]["drain msg/s"]) > 0, out
