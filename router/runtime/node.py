@@ -52,6 +52,8 @@ class Node:
         if config.relay_store:
             self.relay_store = RouterRelayStore(config.relay_store, config.id)
             self.loop.store = self.relay_store
+            if config.mqtt is None:  # nothing restores the copies a last run stored
+                self.relay_store.drop_unrestorable()
         self.connections: set[EdgeConnection] = set()
         self.stopping = False
         self._timer_scope: trio.CancelScope | None = None  # the timer's sleep, while it sleeps

@@ -14,10 +14,13 @@ the copies back (`Restored`).
 
 from __future__ import annotations
 
+import logging
 import time
 from typing import Any
 
 from relay.store import Inbound, RelayStore
+
+log = logging.getLogger("exactmesh.relay")
 
 
 class RouterRelayStore:
@@ -47,6 +50,16 @@ class RouterRelayStore:
 
     def held(self) -> tuple[int, int]:
         return self.store.held()
+
+    def drop_unrestorable(self) -> None:
+        """Without the MQTT edge nothing restores what a last run stored (only persistent
+        MQTT sessions are restored; docs/relay.md): drop it, saying so."""
+        copies, size = self.store.held()
+        if copies:
+            log.warning("relay store %s: %d stored copies (%d bytes) from the last run are "
+                        "dropped: only persistent MQTT sessions are restored, and this router "
+                        "has no --mqtt", self.store.db.path, copies, size)
+            self.store.forget_copies(d for _, d, _, _ in self.store.restorable())
 
     # ---------------------------------------------------------------- MQTT sessions
 
