@@ -7,7 +7,7 @@
     exactmesh sub --url URL --topic FILTER --id NAME --state-dir DIR [--count N]
     exactmesh accel build|status     (the optional compiled build: router/accel.py)
     exactmesh sim --seeds A-B [--faults all|none] [--routers N]
-        [--workload failover|random|mqtt]
+        [--workload failover|random|mqtt|relay]
     exactmesh sim --spec SPEC [-v]   (the cluster simulation: router/sim/command.py)
 
 Errors in the command line or the configuration, and a port already in use, print one line
@@ -151,7 +151,7 @@ def _sim_parser(sub: argparse._SubParsersAction) -> None:
                       "mN)")
     p.add_argument("--faults", choices=["all", "none"],
                    help="all (default): every fault the workload draws; none: a clean network")
-    p.add_argument("--workload", choices=["failover", "random", "mqtt"],
+    p.add_argument("--workload", choices=["failover", "random", "mqtt", "relay"],
                    help="failover (default): clients that survive and move, warm subscribers, "
                    "crashes; random: the seed sweep's, without failover; mqtt: failover with "
                    "MQTT 5 devices among the clients")

@@ -1,7 +1,7 @@
 """`exactmesh sim`: the cluster simulation (router/sim/world.py) for a range of seeds, or one
 run replayed from its spec.
 
-    exactmesh sim --seeds 0-999 [--faults all|none] [--workload failover|random|mqtt]
+    exactmesh sim --seeds 0-999 [--faults all|none] [--workload failover|random|mqtt|relay]
         [--routers N] [--set NAME=VALUE,...]
     exactmesh sim --spec 'seed=…,routers=…,…' [-v]
 
@@ -11,7 +11,9 @@ run failed, else 0 (2: a bad command line). The workload `failover` is
 `Params.failover_from_seed` (clients that survive and move, warm subscribers, crashes,
 dropped client connections, partitions, lost, duplicated and reordered frames), `random` is
 `Params.from_seed` (the seed sweep's: no failover), `mqtt` is `Params.mqtt_from_seed` (the
-failover workload with MQTT 5 devices among the clients, router/sim/mqtt.py); `--faults none`
+failover workload with MQTT 5 devices among the clients, router/sim/mqtt.py), `relay` is
+`Params.relay_from_seed` (the failover workload with a relay store in every router,
+router/sim/relay.py); `--faults none`
 runs any of them on a clean network (nothing dropped, duplicated or reordered, no partition,
 crash or dropped client connection). `--spec` replays one run and prints its report: on
 failure the parameters, the replay command and the last events (`-v`: the whole trace, also
@@ -87,8 +89,10 @@ def params_for(seed: int, workload: str = "failover", faults: str = "all",
         params = Params.from_seed(seed)
     elif workload == "mqtt":
         params = Params.mqtt_from_seed(seed)
+    elif workload == "relay":
+        params = Params.relay_from_seed(seed)
     else:
-        raise UsageError(f"--workload: {workload!r} is not failover, random or mqtt")
+        raise UsageError(f"--workload: {workload!r} is not failover, random, mqtt or relay")
     if faults == "none":
         params = dataclasses.replace(params, **CLEAN)
     elif faults != "all":
