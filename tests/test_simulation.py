@@ -1567,6 +1567,32 @@ REGRESSIONS = [
     "move_max=1.5,move_to=any,warm=0.0,warm_min=0.5,warm_max=3.0,"
     "reconnect_timeout=1.0,resume_timeout=5.0,declare=1.0,sdk=0.5,wire=0.5,"
     "mqtt=0.0,bare=0.0",
+    # Relay workload (a relay store in every router): a released record (its window place
+    # given back on stored copies) that a publisher's resend adopted was counted in the
+    # new link's window again and never given back: 'publisher still holds 2 records'.
+    # A released record now counts in no window, on every path (failover.py _uncounted).
+    "seed=472,routers=5,topology=full,drop=0.0,dup=0.02,reorder=0.5,partitions=0,"
+    "partition_min=0.5,partition_max=1.2,isolate=0.3,restarts=2,restart_inc=higher,"
+    "unreachable_timeout=2.0,gossip_interval=0.5,duration=6.0,drain=60.0,"
+    "publishers=3,subscribers=3,messages=15,churn=0.0,flaky=0.3,slow=0.2,stall=0.1,"
+    "ttl=0.1,early_settle=0.05,presettled=0.03,presettled_subs=0.05,some_mode=0.25,"
+    "override=0.1,window=8,transfer_window=4096,max_attempts=3,survivors=0.5,"
+    "pub_survivors=-1.0,drop_client=2,notice=2.0,move_max=1.5,move_to=same,"
+    "warm=1.0,warm_min=0.5,warm_max=3.0,reconnect_timeout=1.0,resume_timeout=5.0,"
+    "declare=1.0,sdk=0.0,wire=0.0,mqtt=0.0,bare=0.0,relay=1",
+    # Relay workload: a publisher resent released records after its link dropped; each
+    # resend took a unit of credit that no forget gave back (they count in no window), and
+    # it never got the credit to resend the rest ('never got an outcome'). The adoption of a
+    # released record now refills the publisher (failover.py _adopt_for_publisher).
+    "seed=5146,routers=5,topology=full,drop=0.0,dup=0.0,reorder=0.5,partitions=0,"
+    "partition_min=0.5,partition_max=7.5,isolate=0.3,restarts=1,restart_inc=higher,"
+    "unreachable_timeout=5.0,gossip_interval=0.5,duration=6.0,drain=60.0,"
+    "publishers=4,subscribers=4,messages=15,churn=0.0,flaky=0.0,slow=0.2,stall=0.1,"
+    "ttl=0.0,early_settle=0.05,presettled=0.03,presettled_subs=0.05,some_mode=0.25,"
+    "override=0.1,window=8,transfer_window=4096,max_attempts=3,survivors=1.0,"
+    "pub_survivors=-1.0,drop_client=2,notice=2.0,move_max=1.5,move_to=same,"
+    "warm=1.0,warm_min=0.5,warm_max=8.0,reconnect_timeout=3.0,resume_timeout=5.0,"
+    "declare=1.0,sdk=1.0,wire=0.5,mqtt=0.0,bare=0.0,relay=1",
 ]
 
 

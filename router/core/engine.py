@@ -1107,12 +1107,15 @@ class Engine(FailoverMixin):
             self.stats.accepted += 1
         self._hold_for_settlement(pub, rec, outcome)
 
-    def _hold_for_settlement(self, pub: Publisher, rec: Record, outcome: Outcome) -> None:
+    def _hold_for_settlement(self, pub: Publisher, rec: Record, outcome: Outcome,
+                             counted: bool = True) -> None:
         """Decide at once, and keep the record until the publisher settles so that its
-        settlement finds it (and its credit comes back then, not before)."""
+        settlement finds it (and its credit comes back then, not before; `counted` False:
+        it stands for a released record, which counts in no window)."""
         rec.outcome = outcome
         self._track(rec)
-        pub.live += 1
+        if counted:
+            pub.live += 1
         pub.records[rec.pub_tag] = rec
         self._actions.append(Decide(pub.link, rec.pub_tag, outcome))
 

@@ -99,6 +99,9 @@ class FailoverMixin:
         # the outcome that publisher was told already, if any (it is not told twice).
         self._released: dict[
             str, tuple[Publisher, bytes, tuple[tuple[str, str | None], ...], Outcome | None]] = {}
+        # Entries of `_released` whose record had given its window place back already (a
+        # relay store's released record, `Engine._maybe_release`): they count in no window.
+        self._uncounted: set[str] = set()
         # Remote subscribers that left the router our records still owe them at, with no
         # news of where they went: (deadline, that router, wait) by key (see
         # `_remote_subscriber_removed`), and the deadlines as a heap.
@@ -619,7 +622,7 @@ class FailoverMixin:
         old = rec.publisher
         rec.publisher = None
         rec.pub_settled = False
-        if old is not None:
+        if old is not None and not rec.released:  # (released: it counts in no window)
             old.live -= 1
             if self.publishers.get(old.link) is old:
                 self._refill(old)
@@ -647,7 +650,12 @@ class FailoverMixin:
         self._adopt(rec, renumber=not published_here)
         rec.publisher, rec.pub_tag = pub, tag
         rec.partial = False  # it answers this publisher for the whole mesh now
-        pub.live += 1
+        if not rec.released:
+            pub.live += 1
+        elif pub.link in self.publishers:
+            # Released on stored copies: it counts in no window, so the credit its resend
+            # took comes back now (no forget will give it back).
+            self._refill(pub)
         if settled:
             self._publisher_done(rec)
             self._release_held()
@@ -916,8 +924,11 @@ class FailoverMixin:
         pub.records.pop(rec.pub_tag, None)
         rec.publisher = None
         if pub.link in self.publishers:
+            if rec.released:
+                self._uncounted.add(rec.id)
             return pub, rec.pub_tag
-        pub.live -= 1
+        if not rec.released:
+            pub.live -= 1
         return None
 
     def _drop_released(
@@ -926,12 +937,19 @@ class FailoverMixin:
         """Forget that `msg_id` was released from a publisher here (`_released`): it no longer
         counts in that link's window. Returns its entry there, if it was."""
         entry = self._released.pop(msg_id, None)
-        if entry is not None:
+        if entry is not None and not self._uncount(msg_id):
             pub = entry[0]
             pub.live -= 1
             if self.publishers.get(pub.link) is pub:
                 self._refill(pub)
         return entry
+
+    def _uncount(self: Engine, msg_id: str) -> bool:
+        """Whether the `_released` entry of `msg_id` just taken counted in no window."""
+        if msg_id in self._uncounted:
+            self._uncounted.discard(msg_id)
+            return True
+        return False
 
     def _reclaim(self: Engine, rec: Record) -> bool:
         """`rec` was released from a publisher attached here to the router that resent it
@@ -941,7 +959,8 @@ class FailoverMixin:
         publisher is still attached here, the record is its again, as if it had just resent
         it here (the resend that took it was stale); returns whether it was."""
         pub, tag, remotes, told = self._released.pop(rec.id)
-        pub.live -= 1  # (counted again below, or given back)
+        if not self._uncount(rec.id):
+            pub.live -= 1  # (counted again below, or given back)
         if self.publishers.get(pub.link) is not pub or tag in pub.records or rec.pub_settled:
             if self.publishers.get(pub.link) is pub:
                 self._refill(pub)
@@ -965,7 +984,9 @@ class FailoverMixin:
         publisher still attached here that it was released from is told that outcome (it is
         still waiting if the resend that took the record was older than its move here)."""
         pub, tag, _, told = self._released.pop(rec.id)
-        pub.live -= 1  # (counted again below, or given back)
+        uncounted = self._uncount(rec.id)
+        if not uncounted:
+            pub.live -= 1  # (counted again below, or given back)
         if self.publishers.get(pub.link) is not pub or tag in pub.records or told is not None:
             # (`told`: it had its outcome before the record was taken; its settlement finds
             # nothing to do)
@@ -973,7 +994,10 @@ class FailoverMixin:
                 self._refill(pub)
             return
         done = Record(self._next_seq(), pub, tag, rec.out_tag, b"", pub.mode, False, None)
-        self._hold_for_settlement(pub, done, outcome)
+        if uncounted:  # its window place was given back: the stand-in takes none either
+            done.released = True
+            self._stored_waiting += 1
+        self._hold_for_settlement(pub, done, outcome, counted=not uncounted)
 
     def _drop_parts(self: Engine, rec: Record) -> None:
         drop_parts(rec)
