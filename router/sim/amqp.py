@@ -664,11 +664,19 @@ class AmqpSide:
         if wc.broken or wc.closing:
             return  # it closed: nothing more is read
         transport = wc.transport
-        if data:
-            if transport.capacity() < len(data):
-                raise Violation(f"{wc.client.key}: its proton takes {transport.capacity()} of "
-                                f"{len(data)} bytes")
-            transport.push(data)
+        while data:
+            # What a socket read does: what fits proton's input buffer now, the rest once it
+            # has handled that (many outcomes at once, say, can be more than one buffer).
+            room = transport.capacity()
+            if room <= 0:
+                raise Violation(f"{wc.client.key}: its proton takes no more input "
+                                f"({len(data)} bytes left)")
+            transport.push(data[:room])
+            data = data[room:]
+            if data:
+                self._client_events(wc)
+                if wc.broken or wc.closing:
+                    return
         if end:
             transport.close_tail()
         self._client_events(wc)
