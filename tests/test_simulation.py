@@ -1606,6 +1606,19 @@ REGRESSIONS = [
     "pub_survivors=-1.0,drop_client=4,notice=0.0,move_max=1.5,move_to=any,warm=1.0,"
     "warm_min=0.5,warm_max=3.0,reconnect_timeout=8.0,resume_timeout=5.0,"
     "declare=1.0,sdk=0.5,wire=1.0,mqtt=0.0,bare=0.0,relay=1",
+    # Relay workload: a publisher came back after reconnect-timeout, its origin had given
+    # the message up (the destination withdrew a copy its subscriber then accepted), and
+    # the resend, a new publication, failed naming that subscriber, which had left. The
+    # checker called that wrong; for a late resend it is the documented limit (Msg.late).
+    "seed=5891,routers=4,topology=star,drop=0.0,dup=0.0,reorder=0.5,partitions=0,"
+    "partition_min=0.5,partition_max=3.0,isolate=0.3,restarts=1,restart_inc=higher,"
+    "unreachable_timeout=5.0,gossip_interval=0.5,duration=6.0,drain=60.0,"
+    "publishers=4,subscribers=4,messages=15,churn=0.5,flaky=0.0,slow=0.2,stall=0.1,"
+    "ttl=0.1,early_settle=0.05,presettled=0.03,presettled_subs=0.05,some_mode=0.25,"
+    "override=0.1,window=8,transfer_window=4096,max_attempts=3,survivors=0.8,"
+    "pub_survivors=-1.0,drop_client=4,notice=0.5,move_max=1.5,move_to=same,"
+    "warm=1.0,warm_min=0.5,warm_max=8.0,reconnect_timeout=1.0,resume_timeout=5.0,"
+    "declare=1.0,sdk=1.0,wire=0.0,mqtt=0.0,bare=0.0,relay=1",
 ]
 
 
