@@ -123,7 +123,8 @@ def test_a_registration_that_ends_fails_the_stored_copies_without_telling_mqtt_a
     e.publisher_settled(PUB, b"1")
     e.tick(1.0 + 3600.0)
     ended = e.take_actions()
-    assert of(ended, Decide) == []  # MQTT was told PUBACK; the failure is in stats and status
+    assert of(ended, Decide) == []  # MQTT was told PUBACK; the failure is counted
+    assert e.stats.early_failed == 1
     assert [u.msg_id for u in of(ended, Unhold)] == [hold.msg_id]
     assert e.find(hold.msg_id) is None
 

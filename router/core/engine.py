@@ -136,6 +136,9 @@ class EngineStats:
     adopted: int = 0  # publisher resends the mesh already had (answered without delivery)
     stored: int = 0  # copies the relay store took for a warm subscriber away
     released: int = 0  # records that gave their publisher's window back on stored copies
+    # Messages an MQTT publisher was told PUBACK/PUBREC for on stored copies that then failed
+    # (the session expired, say): nobody tells that publisher again, so they are counted.
+    early_failed: int = 0
 
 
 class Engine(FailoverMixin):
@@ -1014,6 +1017,8 @@ class Engine(FailoverMixin):
             self.stats.accepted += 1
         else:
             self.stats.rejected += 1
+            if rec.early:
+                self.stats.early_failed += 1
         pub = rec.publisher
         if pub is not None and not rec.pub_settled and not rec.early:
             self._actions.append(Decide(pub.link, rec.pub_tag, outcome))
