@@ -15,7 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 from router.core import events as ev
-from router.core.actions import Forget, Forward, MeshAction, Subscribed, Verdict
+from router.core.actions import Forget, Forward, MeshAction, StoredAt, Subscribed, Verdict
 from router.core.engine import Engine
 
 from .gossip import Gossip, RouterRestarted, SubChange
@@ -31,6 +31,10 @@ RETAIN = "retain"  # an MQTT retained message, shared with every router (mqtt_ed
 # item of its own, which a router that predates it ignores (it reads exactly five elements
 # of a "verdict").
 FORMER_VERDICT = "former-verdict"
+# A destination's relay store holds copies of the origin's message (StoredAt): ["stored", id,
+# keys]. Not an acceptance; a router that does not know the kind ignores it (`_consume`), and
+# its parts then wait for the verdict as before.
+STORED = "stored"
 MAX_BATCH = 256  # items in one transfer item: bounds a frame to about this many messages
 
 
@@ -249,6 +253,8 @@ class MeshNode:
             _, msg_id, accepted, status, keys = item
             engine.handle(ev.PeerVerdict(now, src, msg_id, accepted, status, keys,
                                          kind == FORMER_VERDICT))
+        elif kind == STORED:
+            engine.handle(ev.PeerStored(now, src, item[1], item[2]))
         elif kind == FORGET:
             accepted = item[2] if len(item) > 2 else None
             description, info = (item[3], item[4]) if len(item) > 4 else ("", None)
@@ -299,6 +305,9 @@ class MeshNode:
                 self._owed_verdicts.setdefault(action.origin, []).append(item)
             else:
                 self._transmit([action.origin], item, now)
+        elif isinstance(action, StoredAt):
+            if action.origin not in self._given_up:  # (else the verdict will say it all)
+                self._transmit([action.origin], [STORED, action.msg_id, action.keys], now)
         elif isinstance(action, Forget):
             routers = []
             for r in action.routers:

@@ -199,3 +199,32 @@ def test_a_present_subscriber_with_room_is_not_stored_for() -> None:
         e.message(PUB, b"%d" % i, b"m")
     actions = e.take_actions()
     assert len(of(actions, Send)) == 5 and of(actions, Hold) == []
+
+
+def test_a_copy_stored_at_another_router_counts_at_the_origin() -> None:
+    """The subscriber is away from router B, whose store holds the copy: B tells the origin
+    (StoredAt), whose MQTT publisher is answered and whose window place comes back; the
+    body stays at the origin, whose own store does not have it."""
+    from router.core.actions import Forward, StoredAt
+
+    a = EngineDriver(EngineConfig(router_id="A", check_invariants=True, relay_store=True))
+    a.remote_subscriber_added("B", "dev/mqtt/t", "t", 1, 3600.0)
+    a.handle(ev.PublisherAttached(0.0, PUB, LinkIdentity("p", "mqtt"), "t", "all", None, True))
+    a.take_actions()
+    a.message(PUB, b"1", b"m1")
+    (fwd,) = of(a.take_actions(), Forward)
+    b = EngineDriver(EngineConfig(router_id="B", check_invariants=True, relay_store=True))
+    b.attach_subscriber(SUB, LinkIdentity("dev", "mqtt/t"), "t", warm_timeout=3600.0)
+    b.detach_subscriber(SUB, final=False, now=0.5)
+    b.take_actions()
+    b.remote_message("A", fwd.msg_id, "t", fwd.payload, owed=["dev/mqtt/t"], mode="all",
+                     ttl_ms=None)
+    told = of(store(b, b.take_actions()), StoredAt)
+    assert [(t.origin, t.msg_id, t.keys) for t in told] == [("A", fwd.msg_id, ["dev/mqtt/t"])]
+    a.handle(ev.PeerStored(1.0, "B", fwd.msg_id, ["dev/mqtt/t"]))
+    (decided,) = of(a.take_actions(), Decide)
+    assert decided.outcome is ACCEPTED
+    rec = a.find(fwd.msg_id)
+    assert rec is not None and rec.released and rec.payload == b"m1"  # not in A's store
+    a.handle(ev.PeerStored(1.0, "C", fwd.msg_id, ["dev/mqtt/t"]))  # not owed there: ignored
+    assert a.take_actions() == []

@@ -272,7 +272,18 @@ class Subscribed:
     since: int = 0
 
 
-MeshAction = Forward | Verdict | Forget | Subscribed
-MESH_ACTIONS = (Forward, Verdict, Forget, Subscribed)
+@dataclass(slots=True)
+class StoredAt:
+    """Tell the origin router that this router's relay store holds the copies of its message
+    for subscribers `keys` (docs/relay.md): not an acceptance; their parts may now count as
+    stored there (a window place given back, an MQTT publisher answered)."""
+
+    origin: str
+    msg_id: str
+    keys: list[str]
+
+
+MeshAction = Forward | Verdict | Forget | Subscribed | StoredAt
+MESH_ACTIONS = (Forward, Verdict, Forget, Subscribed, StoredAt)
 # Everything the engine emits: edge actions and, in a mesh, the ones toward other routers.
-EngineAction = Action | Forward | Verdict | Forget | Subscribed | Hold | Unhold
+EngineAction = Action | Forward | Verdict | Forget | Subscribed | StoredAt | Hold | Unhold

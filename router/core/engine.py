@@ -37,6 +37,7 @@ from .actions import (
     Rejected,
     Send,
     SettleCopy,
+    StoredAt,
     Subscribed,
     Unhold,
     Verdict,
@@ -48,6 +49,7 @@ from .events import (
     MessageArrived,
     MessageRefused,
     PeerLost,
+    PeerStored,
     PeerVerdict,
     PublisherAttached,
     PublisherDetached,
@@ -76,7 +78,7 @@ from .records import (
     outgoing_tag,
 )
 from .topics import SubscriptionIndex, matches
-from .transitions import Step, add_copy, add_part, hold_copy, move_copy, move_part
+from .transitions import Step, add_copy, add_part, hold_copy, hold_part, move_copy, move_part
 
 QUEUED, SENT, ACCEPTED_STATE, FAILED, WITHDRAWN = (
     CopyState.QUEUED,
@@ -230,6 +232,8 @@ class Engine(FailoverMixin):
             self._peer_lost(event.router, event.reason, event.restarted)
         elif isinstance(event, Held):
             self._copies_stored(event.items)
+        elif isinstance(event, PeerStored):
+            self._peer_stored(event.router, event.msg_id, event.keys)
         elif isinstance(event, Restored):
             return self._restore(event.items)
         else:
@@ -1229,6 +1233,35 @@ class Engine(FailoverMixin):
             self.stats.stored += 1
             touched[seq] = rec
         for rec in touched.values():
+            if rec.origin is not None:
+                self._tell_stored(rec)
+            self._decide(rec)
+
+    def _tell_stored(self, rec: Record) -> None:
+        """Another router's message: tell its origin which of its copies here are stored,
+        once each, so that its parts for them count as stored there."""
+        told = rec.stored_told if rec.stored_told is not None else set()
+        keys = [c.sub.key for c in rec.copies.values()
+                if c.held and c.state <= SENT and c.sub.key not in told]
+        if keys and rec.origin is not None:
+            told.update(keys)
+            rec.stored_told = told
+            self._actions.append(StoredAt(rec.origin, rec.id, keys))
+
+    def _peer_stored(self, router: str, msg_id: str, keys: list[str]) -> None:
+        """Router `router` says its relay store holds the copies of our message for `keys`:
+        their parts count as stored (not accepted), if they are still owed there."""
+        rec = self._by_id.get(msg_id)
+        if rec is None or rec.origin is not None:
+            return  # forgotten, or not ours (any more): its origin now hears it, if anyone
+        held = False
+        for key in keys:
+            part = rec.peers.get(key)
+            if part is not None and part.router == router and not part.held \
+                    and part.state == PartState.PENDING and part.ended is None:
+                hold_part(rec, part)
+                held = True
+        if held:
             self._decide(rec)
 
     def _restore(self, items: list[tuple[str, str, str, str]]) -> list[tuple[str, str]]:
@@ -1274,7 +1307,8 @@ class Engine(FailoverMixin):
         rec.released = True
         self._stored_waiting += 1
         self.stats.released += 1
-        rec.payload = IN_STORE
+        if rec.stored:  # our own store has the body (not only other routers' stores)
+            rec.payload = IN_STORE
         pub = rec.publisher
         if pub is None:
             return

@@ -292,6 +292,18 @@ class Held(Event):
         self.items = items
 
 
+class PeerStored(Event):
+    """Router `router`'s relay store holds the copies of our message `msg_id` for `keys`."""
+
+    __slots__ = ("keys", "msg_id", "router")
+
+    def __init__(self, now: float, router: str, msg_id: str, keys: list[str]) -> None:
+        self.now = now
+        self.router = router
+        self.msg_id = msg_id
+        self.keys = keys
+
+
 class Restored(Event):
     """A restarted router's relay store still holds these copies, in arrival order, as
     (subscriber key, delivery id, address, origin router or ""): they are owed again to the

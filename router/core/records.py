@@ -183,7 +183,7 @@ class PeerPart:
     at (None while that router is lost and the subscriber has not reattached elsewhere), the
     attach generation it is owed to there, and where it stands."""
 
-    __slots__ = ("ended", "gen", "key", "last", "reason", "router", "state")
+    __slots__ = ("ended", "gen", "held", "key", "last", "reason", "router", "state")
 
     def __init__(self, router: str | None, key: str, last: str = "", gen: int = 0) -> None:
         self.router = router
@@ -198,6 +198,9 @@ class PeerPart:
         self.key = key
         self.state = PartState.PENDING
         self.reason = ""
+        # Its router's relay store holds the copy (that router said so: `PeerStored`); while
+        # it is pending it counts in `Record.held`.
+        self.held = False
 
     @property
     def label(self) -> str:
@@ -235,6 +238,7 @@ class Record:
         "role",
         "seq",
         "stored",
+        "stored_told",
         "told",
     )
 
@@ -298,6 +302,8 @@ class Record:
         self.stored = False
         self.released = False
         self.early = False  # its publisher was answered on stored copies
+        # At a destination: the subscribers whose stored copies the origin was told of.
+        self.stored_told: set[str] | None = None
 
     @property
     def parts(self) -> int:

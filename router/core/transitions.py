@@ -23,7 +23,8 @@ Copies (one subscriber of this router, one message):
     SENT      WITHDRAW          WITHDRAWN   likewise (the router settles its side)
 
 A pending copy can also be marked held (`hold_copy`): the router's relay store holds it
-durably (docs/relay.md). It keeps its state; `Record.held` counts the pending ones.
+durably (docs/relay.md). So can a pending part (`hold_part`), when its router said its store
+holds the copy. They keep their states; `Record.held` counts the pending ones.
 
 Peer parts (one subscriber at another router, as the origin sees it):
 
@@ -194,6 +195,8 @@ def add_part(
     old = rec.peers.get(key)
     if old is not None:
         _part_delta(rec, int(old.state), -1)
+        if old.held and old.state == PartState.PENDING:
+            rec.held -= 1
     rec.peers[key] = part
     rec.pending += 1
     return part
@@ -209,6 +212,18 @@ def move_part(rec: Record, part: PeerPart, step: Step, reason: str = "") -> None
     _part_delta(rec, new, 1)
     part.state = new
     part.reason = reason
+    if part.held:  # (every move leaves PENDING)
+        rec.held -= 1
+
+
+def hold_part(rec: Record, part: PeerPart) -> None:
+    """The router the part is owed at has the copy in its relay store (docs/relay.md)."""
+    if part.held or part.state != PartState.PENDING:
+        raise IllegalTransition(
+            f"part of {rec.id} for {part.label}: {part.state.name} cannot be stored"
+            + (" again" if part.held else ""))
+    part.held = True
+    rec.held += 1
 
 
 def await_ended(part: PeerPart, until: float) -> None:
@@ -224,6 +239,8 @@ def drop_part(rec: Record, key: str) -> PeerPart:
     """Take a part out of the record (its subscriber attached here: a copy replaces it)."""
     part = rec.peers.pop(key)
     _part_delta(rec, part.state, -1)
+    if part.held and part.state == PartState.PENDING:
+        rec.held -= 1
     return part
 
 
@@ -256,8 +273,10 @@ def counts(rec: Record) -> tuple[int, int, int]:
 
 
 def held_count(rec: Record) -> int:
-    """Pending copies the relay store holds, from the states: what `rec.held` must say."""
-    return sum(1 for c in rec.copies.values() if c.held and c.state in (QUEUED, SENT))
+    """Pending copies the relay store holds and pending parts another router's store holds,
+    from the states: what `rec.held` must say."""
+    return (sum(1 for c in rec.copies.values() if c.held and c.state in (QUEUED, SENT))
+            + sum(1 for p in rec.peers.values() if p.held and p.state == PartState.PENDING))
 
 
 # ---------------------------------------------------------------------------- record roles
