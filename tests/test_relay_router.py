@@ -224,3 +224,35 @@ def test_a_client_publishing_to_itself_past_its_receive_maximum_does_not_wait_fo
         finally:
             c.disconnect()
             c.loop_stop()
+
+
+def test_a_publisher_on_another_router_is_not_held_by_an_offline_session(
+        tmp_path: Path) -> None:
+    """A line A - B - C, each router with a relay store: a persistent session at C goes
+    offline; a publisher at A sends 200 QoS 1 messages, 12 times its window. C stores each
+    copy and tells A (mesh item "stored"), so A answers each PUBACK without waiting for the
+    device; back at C, the device gets every message once, in order."""
+    from tests.mesh_harness import start_mesh
+
+    ports = {r: free_port() for r in "ABC"}
+    mesh = start_mesh("line", 3, common=["--publisher-window", str(WINDOW)],
+                      extra={r: ["--mqtt", f"127.0.0.1:{ports[r]}", "--relay-store",
+                                 str(tmp_path / r), "--log-level", "debug"] for r in "ABC"})
+    try:
+        mesh.wait_links_up(timeout=30.0)
+        offline_session(ports["C"], "far", V5, "far/#", 1)
+        mesh["A"].wait_logged("router A: knows subscriber far/mqtt/far/#@C")
+        pub = Mq(ports["A"], "far-pub", V5, max_inflight=WINDOW)
+        n = 200
+        mids = [pub.publish("far/t", b"%d" % i, 1) for i in range(n)]
+        wait_for(lambda: all(m in pub.acks for m in mids), 30,
+                 "every PUBACK at A while the session at C is away")
+        assert all(rc.value == 0 for rc, _ in pub.acks.values())
+        back = Mq(ports["C"], "far", V5, clean=False, expiry=3600)
+        assert back.session_present
+        wait_for(lambda: len(back.got) >= n, 30, "the messages stored at C")
+        assert back.payloads() == [b"%d" % i for i in range(n)]
+        pub.stop()
+        back.stop()
+    finally:
+        mesh.stop()
