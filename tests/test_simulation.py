@@ -66,6 +66,7 @@ import os
 import re
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -154,6 +155,20 @@ def failover_params(seed: int) -> Params:
 def failed_seed(seed: int, failure: SimFailure) -> str:
     """One line per failed seed in a sweep's report: what broke, then its replay spec."""
     return f"seed {seed}: {failure.what.splitlines()[0][:200]}\n    {failure.params.spec()}"
+
+
+def assert_sweep_clean(params_of: Callable[[int], Params], env: str, default: int) -> None:
+    """Seeds EXACTMESH_SIM_<env>_START .. + EXACTMESH_SIM_<env>_SEEDS of a workload
+    (`params_of(seed)`): every run, then all failures at once, each with its replay spec."""
+    start = int(os.environ.get(f"EXACTMESH_SIM_{env}_START", "0"))
+    count = int(os.environ.get(f"EXACTMESH_SIM_{env}_SEEDS", str(default)))
+    failures = []
+    for seed in range(start, start + count):
+        try:
+            run(params_of(seed))
+        except SimFailure as failure:
+            failures.append(failed_seed(seed, failure))
+    assert not failures, f"{len(failures)} of {count} seeds failed:\n" + "\n".join(failures)
 
 
 def test_failover_simulations() -> None:
@@ -246,15 +261,7 @@ def test_wire_and_engine_clients_together() -> None:
 def test_long_failover_seed_sweep() -> None:
     """Failover seeds START.. START+N (EXACTMESH_SIM_FAILOVER_START / _SEEDS); all failures
     at once."""
-    start = int(os.environ.get("EXACTMESH_SIM_FAILOVER_START", "0"))
-    count = int(os.environ.get("EXACTMESH_SIM_FAILOVER_SEEDS", "10000"))
-    failures = []
-    for seed in range(start, start + count):
-        try:
-            run(failover_params(seed))
-        except SimFailure as failure:
-            failures.append(failed_seed(seed, failure))
-    assert not failures, f"{len(failures)} of {count} seeds failed:\n" + "\n".join(failures)
+    assert_sweep_clean(failover_params, "FAILOVER", 10000)
 
 
 @pytest.mark.skipif(not os.environ.get("EXACTMESH_SIM_SPEC"), reason="EXACTMESH_SIM_SPEC unset")
@@ -1942,15 +1949,7 @@ def test_mqtt_simulations() -> None:
 @pytest.mark.skipif(not LONG, reason="set EXACTMESH_LONG=1 for the long run")
 def test_long_mqtt_seed_sweep() -> None:
     """MQTT seeds START.. START+N (EXACTMESH_SIM_MQTT_START / _SEEDS); all failures at once."""
-    start = int(os.environ.get("EXACTMESH_SIM_MQTT_START", "0"))
-    count = int(os.environ.get("EXACTMESH_SIM_MQTT_SEEDS", "5000"))
-    failures = []
-    for seed in range(start, start + count):
-        try:
-            run(mqtt_params(seed))
-        except SimFailure as failure:
-            failures.append(failed_seed(seed, failure))
-    assert not failures, f"{len(failures)} of {count} seeds failed:\n" + "\n".join(failures)
+    assert_sweep_clean(mqtt_params, "MQTT", 5000)
 
 
 def mqtt_world(params: Params) -> World:
@@ -2220,15 +2219,7 @@ def test_relay_simulations() -> None:
 @pytest.mark.skipif(not LONG, reason="set EXACTMESH_LONG=1 for the long run")
 def test_long_relay_seed_sweep() -> None:
     """Relay seeds START.. START+N (EXACTMESH_SIM_RELAY_START / _SEEDS); all failures at once."""
-    start = int(os.environ.get("EXACTMESH_SIM_RELAY_START", "0"))
-    count = int(os.environ.get("EXACTMESH_SIM_RELAY_SEEDS", "5000"))
-    failures = []
-    for seed in range(start, start + count):
-        try:
-            run(Params.relay_from_seed(seed))
-        except SimFailure as failure:
-            failures.append(failed_seed(seed, failure))
-    assert not failures, f"{len(failures)} of {count} seeds failed:\n" + "\n".join(failures)
+    assert_sweep_clean(Params.relay_from_seed, "RELAY", 5000)
 
 
 def test_relay_store_with_mqtt_devices_is_refused_until_modelled() -> None:

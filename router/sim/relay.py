@@ -18,34 +18,30 @@ from typing import Any
 
 class SimStore:
     def __init__(self) -> None:
-        self.rows: dict[tuple[str, str], bytes] = {}  # (subscriber key, delivery id) -> body
-        self.bodies: dict[str, int] = {}  # delivery id -> how many rows hold it
+        # Who holds a copy of each delivery, and its body (the same for every holder).
+        self.holders: dict[str, set[str]] = {}
+        self.bodies: dict[str, bytes] = {}
         self.commits = 0
         self.stored = 0
 
     def hold(self, holds: list[Any], forgets: list[str]) -> None:
         self.commits += 1
         for h in holds:
-            key = (h.key, h.msg_id)
-            if key not in self.rows:
-                self.rows[key] = h.payload
-                self.bodies[h.msg_id] = self.bodies.get(h.msg_id, 0) + 1
+            keys = self.holders.setdefault(h.msg_id, set())
+            if h.key not in keys:
+                keys.add(h.key)
+                self.bodies[h.msg_id] = h.payload
                 self.stored += 1
-        if forgets:
-            gone = set(forgets)
-            for key in [k for k in self.rows if k[1] in gone]:
-                del self.rows[key]
-            for msg_id in gone:
-                self.bodies.pop(msg_id, None)
+        for msg_id in forgets:
+            self.holders.pop(msg_id, None)
+            self.bodies.pop(msg_id, None)
 
     def payload(self, msg_id: str) -> bytes | None:
-        if msg_id not in self.bodies:
-            return None
-        return next(body for (_, d), body in self.rows.items() if d == msg_id)
+        return self.bodies.get(msg_id)
 
     def restarted(self) -> None:
         """The router came back: nothing restores these copies (see the module's text)."""
-        self.rows.clear()
+        self.holders.clear()
         self.bodies.clear()
 
     # MQTT sessions: the simulated devices never ask for persistent ones.
@@ -65,8 +61,10 @@ class SimStore:
         return []
 
     def drop_copies(self, items: list[tuple[str, str]]) -> None:
-        for key in items:
-            if self.rows.pop(key, None) is not None:
-                self.bodies[key[1]] -= 1
-                if not self.bodies[key[1]]:
-                    del self.bodies[key[1]]
+        for key, msg_id in items:
+            keys = self.holders.get(msg_id)
+            if keys is not None:
+                keys.discard(key)
+                if not keys:
+                    del self.holders[msg_id]
+                    del self.bodies[msg_id]
