@@ -66,7 +66,8 @@ class LinkState:
     """What the edge keeps per attached client link."""
 
     __slots__ = (
-        "annotation", "deliveries", "id", "is_publisher", "label", "link", "ptr", "settle_first",
+        "annotation", "deliveries", "durable", "id", "is_publisher", "label", "link", "ptr",
+        "settle_first",
     )
 
     def __init__(self, link: Link, link_id: int, is_publisher: bool, label: str) -> None:
@@ -75,6 +76,7 @@ class LinkState:
         self.id = link_id
         self.is_publisher = is_publisher
         self.label = label
+        self.durable = ""  # a durable subscriber's key, kept in the relay store if any
         # A publisher link in rcv-settle-mode first (AMQP 2.8.3, the clients' default): the
         # router settles when it sends the outcome. In mode second it leaves that to the
         # publisher, whose settlement it then relays (the seed design's scheme).
@@ -236,6 +238,11 @@ class AmqpConnection:
         link.snd_settle_mode = Link.SND_SETTLED if presettled else Link.SND_UNSETTLED
         warm_timeout = self._warm_timeout(source, link)
         ls = self._register(link, False, ident)
+        store = self.node.relay_store
+        if warm_timeout is not None and store is not None:  # kept across a restart
+            store.keep_link(ident.key, ident.container, ident.name, topic_filter, presettled,
+                            warm_timeout)
+            ls.durable = ident.key
         view = self.engine.handle(ev.SubscriberAttached(
             self._now, ls.id, ident, topic_filter, presettled=presettled,
             warm_timeout=warm_timeout, gen=gen, declared=declared))
@@ -291,6 +298,9 @@ class AmqpConnection:
             self.engine.handle(ev.PublisherDetached(self.node.now(), ls.id, final))
         else:
             self.engine.handle(ev.SubscriberDetached(self.node.now(), ls.id, final))
+            store = self.node.relay_store
+            if ls.durable and store is not None:
+                (store.drop_link if final else store.link_away)(ls.durable)
         ls.deliveries.clear()
         self._drain_check.discard(ls)
 

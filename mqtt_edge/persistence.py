@@ -5,13 +5,13 @@ While the router runs, each persistent session is kept in the relay store as it 
 (`MqttConnection._keep_session`: its expiry and subscriptions; when its client went away, in
 wall-clock time), and the copies owed to it while its client is away are there too (the
 engine's `Hold`). After a restart, `restore_sessions` puts the sessions back into the edge's
-registry, their subscriptions back into the engine as warm subscribers away (for what is
-left of their expiry), and hands the engine the stored copies (`Restored`), so that a client
-that reconnects finds "session present" and gets what was stored for it, once, in order.
+registry and their subscriptions back into the engine as warm subscribers away (for what is
+left of their expiry); the node then hands the engine the stored copies (`Restored`), so that
+a client that reconnects finds "session present" and gets what was stored for it, once, in
+order.
 
 Not restored (docs/relay.md, "What is built"): packet ids of QoS 2 exchanges in flight when
-the router stopped, and durable AMQP subscribers (their copies are dropped; an AMQP publisher
-still holds its message, since it is told only on acceptance).
+the router stopped.
 """
 
 from __future__ import annotations
@@ -32,10 +32,11 @@ if TYPE_CHECKING:
 log = logging.getLogger("exactmesh.mqtt")
 
 
-def restore_sessions(node: RuntimePort, state: MqttState) -> None:
+def restore_sessions(node: RuntimePort, state: MqttState) -> int:
+    """Put the persistent sessions of the last run back, away; returns how many."""
     store = node.relay_store
     if store is None:
-        return
+        return 0
     engine, now = node.engine, node.now()
     restored = 0
     for client_id, expiry, left, subs in store.sessions():
@@ -57,12 +58,6 @@ def restore_sessions(node: RuntimePort, state: MqttState) -> None:
                                                 qos=qos))
             engine.handle(ev.SubscriberDetached(now, link, False))
         restored += 1
-    copies = store.restorable()
-    unowed = engine.handle(ev.Restored(now, copies))
-    if unowed:
-        store.drop_copies(unowed)
-    node.flush()
-    if restored or copies:
-        log.info("relay store: %d persistent MQTT session(s) and %d stored message(s) "
-                 "restored (%d no longer owed, dropped)", restored, len(copies) - len(unowed),
-                 len(unowed))
+    if restored:
+        log.info("relay store: %d persistent MQTT session(s) restored", restored)
+    return restored

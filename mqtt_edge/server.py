@@ -41,14 +41,24 @@ log = logging.getLogger("exactmesh.mqtt")
 CLOSE_GRACE = 1.0  # seconds a closing connection gets to send its last packets
 
 
-async def serve_mqtt(
-    node: RuntimePort, where: HostPort, *, task_status: Any = trio.TASK_STATUS_IGNORED
-) -> None:
-    listeners = await trio.open_tcp_listeners(where.port, host=where.host)
-    # The edge's per-router state (sessions, retained store), kept here for as long as the
-    # edge serves: made now, so that retained messages other routers share are kept.
+def start_state(node: RuntimePort) -> MqttState:
+    """The edge's state for a router starting: made once its mesh is attached (so that
+    retained messages other routers share are kept), with a relay store's persistent
+    sessions restored."""
     state = MqttState(node)
-    restore_sessions(node, state)  # with a relay store, the sessions of the last run
+    restore_sessions(node, state)
+    return state
+
+
+async def serve_mqtt(
+    node: RuntimePort, where: HostPort, *, state: MqttState | None = None,
+    task_status: Any = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """Serve MQTT clients at `where`. `state` is the edge's per-router state (sessions,
+    retained store), kept for as long as the edge serves; the router makes it before its
+    mesh links start, with the persistent sessions of its last run (`start_state`)."""
+    listeners = await trio.open_tcp_listeners(where.port, host=where.host)
+    state = state or MqttState(node)
     reactor = Reactor(node.now)
     try:
         async with trio.open_nursery() as nursery:

@@ -68,6 +68,11 @@ _SCHEMA = (
     "state TEXT NOT NULL, detail TEXT NOT NULL, PRIMARY KEY (client, tag))",
     "CREATE TABLE IF NOT EXISTS replies (surrogate TEXT PRIMARY KEY, client TEXT NOT NULL, "
     "original TEXT NOT NULL, UNIQUE (client, original))",
+    # Durable AMQP subscriber links (a container id and link name, like an MQTT session's
+    # client id), kept so that a restarted router or relay still owes them: `durable_links`.
+    "CREATE TABLE IF NOT EXISTS durable_links (key TEXT PRIMARY KEY, container TEXT NOT NULL, "
+    "name TEXT NOT NULL, filter TEXT NOT NULL, presettled INTEGER NOT NULL, "
+    "timeout REAL NOT NULL, away_until REAL)",
 )
 
 
@@ -76,6 +81,18 @@ class Registration:
     client: str
     expiry: float  # seconds it stays registered while away
     away_until: float | None  # None while connected
+
+
+@dataclass(frozen=True, slots=True)
+class DurableLink:
+    """A durable AMQP subscriber link: who, what it subscribes, how long it is kept away."""
+
+    container: str
+    name: str
+    filter: str
+    presettled: bool
+    timeout: float  # seconds it stays subscribed while away
+    away_until: float | None = None  # wall-clock end of its registration; None while attached
 
 
 @dataclass(frozen=True, slots=True)
@@ -208,6 +225,29 @@ class RelayStore:
                 c.execute(f"DELETE FROM {table} WHERE client=?", (client,))
             c.execute("DELETE FROM inbound WHERE client=? AND state!=?", (client, ANSWERED))
         return owed
+
+    # ------------------------------------------------------------------ durable AMQP links
+
+    def keep_link(self, key: str, link: DurableLink) -> None:
+        """A durable subscriber link attached (again): keep it, present."""
+        with self._tx() as c:
+            c.execute("INSERT OR REPLACE INTO durable_links VALUES(?, ?, ?, ?, ?, ?, NULL)",
+                      (key, link.container, link.name, link.filter, int(link.presettled),
+                       link.timeout))
+
+    def link_away(self, key: str, now: float) -> None:
+        """Its link went without closing at `now` (wall clock): kept for its timeout."""
+        with self._tx() as c:
+            c.execute("UPDATE durable_links SET away_until=?+timeout WHERE key=?", (now, key))
+
+    def drop_link(self, key: str) -> None:
+        with self._tx() as c:
+            c.execute("DELETE FROM durable_links WHERE key=?", (key,))
+
+    def durable_links(self) -> list[DurableLink]:
+        return [DurableLink(c, n, f, bool(p), t, a) for c, n, f, p, t, a in self._rows(
+            "SELECT container, name, filter, presettled, timeout, away_until "
+            "FROM durable_links ORDER BY key")]
 
     # ------------------------------------------------------------------ subscriptions
 

@@ -62,8 +62,9 @@ def free_port() -> int:
 
 
 class RouterProcess:
-    def __init__(self, router_id: str = "A", *extra: str, config: Path | None = None) -> None:
-        self.port = free_port()
+    def __init__(self, router_id: str = "A", *extra: str, config: Path | None = None,
+                 port: int | None = None) -> None:
+        self.port = port or free_port()  # a restart passes the port it had
         self.url = f"127.0.0.1:{self.port}"
         args = [EXACTMESH, "router", "--id", router_id, "--amqp", self.url, *extra]
         if config is not None:
@@ -83,6 +84,10 @@ class RouterProcess:
         assert self.proc.stderr is not None
         for line in self.proc.stderr:
             self.log.append(line)
+
+    def logged(self, text: str) -> bool:
+        """Whether a line of the router's log so far contains `text`."""
+        return any(text in line for line in list(self.log))
 
     def rss_kib(self) -> int:
         with open(f"/proc/{self.proc.pid}/status") as f:

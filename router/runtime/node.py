@@ -13,6 +13,7 @@ import logging
 import math
 import signal
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import trio
@@ -20,7 +21,7 @@ import trio
 from router import accel
 from router.config import ListenError, RouterConfig
 from router.core.engine import Engine, EngineConfig
-from router.core.events import TimePassed
+from router.core.events import Restored, TimePassed
 from router.nodeloop import NodeLoop
 from router.ports import EdgeConnection, MeshPort
 from router.runtime.relay_store import RouterRelayStore
@@ -52,8 +53,6 @@ class Node:
         if config.relay_store:
             self.relay_store = RouterRelayStore(config.relay_store, config.id)
             self.loop.store = self.relay_store
-            if config.mqtt is None:  # nothing restores the copies a last run stored
-                self.relay_store.drop_unrestorable()
         self.connections: set[EdgeConnection] = set()
         self.stopping = False
         self._timer_scope: trio.CancelScope | None = None  # the timer's sleep, while it sleeps
@@ -120,6 +119,8 @@ class Node:
                 from mesh.runtime import MeshRuntime
 
                 runtime = MeshRuntime(self, self.config)
+            mqtt_state = self._restore()  # before any peer can resend to what it restores
+            if runtime is not None:
                 await nursery.start(runtime.run)
             listeners = await _listening(nursery, "amqp", "AMQP", serve_amqp, self,
                                          self.config.amqp)
@@ -133,7 +134,8 @@ class Node:
             if self.config.mqtt is not None:  # the MQTT edge (mqtt_edge/server.py)
                 from mqtt_edge.server import serve_mqtt
 
-                mqtt = await _listening(nursery, "mqtt", "MQTT", serve_mqtt, self,
+                mqtt = await _listening(nursery, "mqtt", "MQTT",
+                                        partial(serve_mqtt, state=mqtt_state), self,
                                         self.config.mqtt)
                 http_note += ", mqtt {}:{}".format(*mqtt[0].socket.getsockname()[:2])
             nursery.start_soon(self._timer)
@@ -152,6 +154,30 @@ class Node:
             if runtime is not None:
                 runtime.close(f"router {self.config.id} is shutting down")
             nursery.cancel_scope.cancel()
+
+    def _restore(self) -> Any:
+        """With a relay store: the warm subscribers of the last run come back, away (durable
+        AMQP links, persistent MQTT sessions), then the copies stored for them. Returns the
+        MQTT edge's state (None without --mqtt)."""
+        from amqp_edge.persistence import restore_links
+
+        state = None
+        if self.config.mqtt is not None:
+            from mqtt_edge.server import start_state
+
+            state = start_state(self)
+        if self.relay_store is None:
+            return state
+        restore_links(self)
+        copies = self.relay_store.restorable()
+        unowed = self.engine.handle(Restored(self.now(), copies))
+        if unowed:
+            self.relay_store.drop_copies(unowed)
+        self.flush()
+        if copies:
+            log.info("relay store: %d stored message copies restored (%d no longer owed, "
+                     "dropped)", len(copies) - len(unowed), len(unowed))
+        return state
 
     async def shutdown(self, grace: float = 3.0) -> None:
         """Close every client's links and connection saying why, and give the writers a

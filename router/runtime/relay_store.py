@@ -18,7 +18,7 @@ import logging
 import time
 from typing import Any
 
-from relay.store import Inbound, RelayStore
+from relay.store import DurableLink, Inbound, RelayStore
 
 log = logging.getLogger("exactmesh.relay")
 
@@ -51,15 +51,30 @@ class RouterRelayStore:
     def held(self) -> tuple[int, int]:
         return self.store.held()
 
-    def drop_unrestorable(self) -> None:
-        """Without the MQTT edge nothing restores what a last run stored (only persistent
-        MQTT sessions are restored; docs/relay.md): drop it, saying so."""
-        copies, size = self.store.held()
-        if copies:
-            log.warning("relay store %s: %d stored copies (%d bytes) from the last run are "
-                        "dropped: only persistent MQTT sessions are restored, and this router "
-                        "has no --mqtt", self.store.db.path, copies, size)
-            self.store.forget_copies(d for _, d, _, _ in self.store.restorable())
+    # ---------------------------------------------------------------- durable AMQP links
+
+    def keep_link(self, key: str, container: str, name: str, topic_filter: str,
+                  presettled: bool, timeout: float) -> None:
+        self.store.keep_link(key, DurableLink(container, name, topic_filter, presettled,
+                                              timeout))
+
+    def link_away(self, key: str) -> None:
+        self.store.link_away(key, time.time())
+
+    def drop_link(self, key: str) -> None:
+        self.store.drop_link(key)
+
+    def durable_links(self) -> list[tuple[str, str, str, bool, float]]:
+        """(container, link name, filter, presettled, seconds left) of each durable link
+        still registered; those whose time ran out while the router was down are dropped."""
+        now, kept = time.time(), []
+        for link in self.store.durable_links():
+            left = link.timeout if link.away_until is None else link.away_until - now
+            if left <= 0:
+                self.store.drop_link(f"{link.container}/{link.name}")
+                continue
+            kept.append((link.container, link.name, link.filter, link.presettled, left))
+        return kept
 
     # ---------------------------------------------------------------- MQTT sessions
 

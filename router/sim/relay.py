@@ -2,13 +2,11 @@
 `router.ports.RelayStorePort`, in memory.
 
 A real store is on disk and outlives its router; here it outlives the `SimRouter` too (the
-world keeps one per router id). What the restarted router does with it is what the runtime
-does for copies it cannot restore: the simulated clients are AMQP subscribers and MQTT devices
-without persistent sessions, and only persistent MQTT sessions are restored, so a restart
-drops every copy the last incarnation stored (`router.runtime.relay_store`,
-`drop_unrestorable`). The publishers the simulation has are AMQP ones (an MQTT publisher
-would be answered on stored copies, which the checker does not model yet): they still hold
-their messages and resend them.
+world keeps one per router id). A restarted simulated router does not restore from it yet
+(the runtime does: `router.runtime.node.Node._restore`): it starts with an empty store, as a
+router whose disk was lost would, and the mesh must survive that too. The publishers the
+simulation has are AMQP ones (an MQTT publisher would be answered on stored copies, which the
+checker does not model yet): they still hold their messages and resend them.
 """
 
 from __future__ import annotations
@@ -40,7 +38,7 @@ class SimStore:
         return self.bodies.get(msg_id)
 
     def restarted(self) -> None:
-        """The router came back: nothing restores these copies (see the module's text)."""
+        """The router came back: it restores nothing yet (see the module's text)."""
         self.holders.clear()
         self.bodies.clear()
 
