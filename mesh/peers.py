@@ -337,11 +337,20 @@ class PeerManager:
         """Keep a link to host:port: connect, handshake, serve, and after a loss reconnect with
         jittered exponential backoff. Never raises for network errors; returns after
         `close_all`."""
+        await self.connect_one([(host, port)])
+
+    async def connect_one(self, targets: list[tuple[str, int]]) -> None:
+        """Keep one link to one of `targets` (a relay's uplinks): the first that answers; after
+        a loss, or a failure to connect, the next one round the list, with the same backoff
+        as `connect`. Returns after `close_all`."""
         s = self.settings
-        addr = f"{host}:{port}"
         delay = s.reconnect_min
         failures = 0
+        turn = 0
         while not self.closed:
+            host, port = targets[turn % len(targets)]
+            turn += 1
+            addr = f"{host}:{port}"
             stream: trio.SocketStream | None = None
             error = f"no answer within {s.handshake_timeout:g} s"
             try:

@@ -109,6 +109,9 @@ class MeshRuntime:
                     raise ListenError("listen", cfg.listen, "peer routers", err) from err
             for target in cfg.connect:
                 nursery.start_soon(self.peers.connect, target.host, target.port)
+            if cfg.uplinks:
+                nursery.start_soon(self.peers.connect_one,
+                                   [(t.host, t.port) for t in cfg.uplinks])
             nursery.start_soon(self._timer)
             task_status.started()
 

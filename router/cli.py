@@ -1,6 +1,8 @@
 """The `exactmesh` command.
 
     exactmesh router --id A --amqp 127.0.0.1:5672 [--config router.toml] [options]
+    exactmesh relay --id R --mesh HOST:PORT,... --amqp HOST:PORT --store DIR [options]
+                                     (a relay agent: router/relay_cli.py)
     exactmesh demo [--messages N]
     exactmesh status delivery ID --http HOST:PORT      (also: status deliveries, status health)
     exactmesh pub --url URL --topic T --id NAME --state-dir DIR [--count N]   (router/pubsub_cli.py)
@@ -169,6 +171,9 @@ def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="exactmesh", description="exactly-once pub-sub mesh")
     sub = p.add_subparsers(dest="command", required=True)
     _router_parser(sub)
+    from .relay_cli import add_parser as add_relay_parser
+
+    add_relay_parser(sub)
     _demo_parser(sub)
     _status_parser(sub)
     _accel_parser(sub)
@@ -261,13 +266,22 @@ def run_status(args: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
-    if args.command in ("router", "demo"):
+    if args.command in ("router", "relay", "demo"):
         from . import accel
 
         accel.guard()  # before the compiled modules are imported (router/accel.py)
     if args.command == "router":
         try:
             config = router_config(args)
+        except ConfigError as err:
+            print(f"exactmesh: error: {err}", file=sys.stderr)
+            return EXIT_USAGE
+        return run_router(config)
+    if args.command == "relay":
+        from .relay_cli import relay_config
+
+        try:
+            config = relay_config(args)
         except ConfigError as err:
             print(f"exactmesh: error: {err}", file=sys.stderr)
             return EXIT_USAGE

@@ -66,6 +66,9 @@ class RouterConfig:
     # the mesh
     listen: HostPort | None = None  # where peer routers connect to us
     connect: tuple[HostPort, ...] = ()  # peer routers we connect to
+    # A relay's uplinks (`exactmesh relay --mesh`): one link at a time, to the first of these
+    # that answers, the next after a loss. No listener: a relay is a leaf of the mesh.
+    uplinks: tuple[HostPort, ...] = ()
     cluster: str = "exactmesh"
     cluster_secret: str = ""
     cluster_secret_file: str = ""
@@ -111,6 +114,11 @@ class RouterConfig:
                              self.peer_tls_ca),
                 _tls_context(ssl.PROTOCOL_TLS_CLIENT, self.peer_tls_cert, self.peer_tls_key,
                              self.peer_tls_ca))
+
+    @property
+    def peered(self) -> bool:
+        """Whether this node links to other routers at all."""
+        return bool(self.listen or self.connect or self.uplinks)
 
     def cost_to(self, peer: str) -> int:
         return dict(self.link_costs).get(peer, 1)
@@ -206,6 +214,7 @@ OPTIONS: dict[str, tuple[str, Any, str]] = {
                             "a positive count of deliveries"),
     "listen": ("listen", None, "HOST:PORT"),
     "connect": ("connect", None, "a list of HOST:PORT"),
+    "uplinks": ("uplinks", None, "a list of HOST:PORT"),
     "cluster": ("cluster", _router_id, "1-64 letters, digits, '-', '_' or '.'"),
     "cluster-secret": ("cluster_secret", str, "a string shared by the cluster's routers"),
     "cluster-secret-file": ("cluster_secret_file", str, "a file holding the secret"),
@@ -254,21 +263,19 @@ def build(file_options: dict[str, Any], flag_options: dict[str, Any]) -> RouterC
         if name in ("amqp", "http", "listen", "mqtt"):
             values[field_name] = parse_hostport(raw, name)
             continue
-        if name == "connect":
+        if name in ("connect", "uplinks"):
             items = [raw] if isinstance(raw, str) else list(raw)
-            values[field_name] = tuple(parse_hostport(x, "connect") for x in items)
+            values[field_name] = tuple(parse_hostport(x, name) for x in items)
             continue
         try:
             values[field_name] = convert(raw)
         except (ValueError, TypeError):
             raise ConfigError(f"{name}: {raw!r} is not allowed; use {allowed}") from None
     config = RouterConfig(**values)
-    if (config.listen or config.connect) and not (
-        config.cluster_secret or config.cluster_secret_file
-    ):
+    if config.peered and not (config.cluster_secret or config.cluster_secret_file):
         raise ConfigError("a router with peers (listen or connect) needs cluster-secret or "
                           "cluster-secret-file: the same secret on every router of the cluster")
-    if (config.listen or config.connect) and not config.secret():
+    if config.peered and not config.secret():
         raise ConfigError("the cluster secret is empty; put a long random string in "
                           "cluster-secret-file (the same on every router)")
     config.peer_tls()  # a missing or bad TLS file is found now, not at the first peer link

@@ -115,7 +115,7 @@ class Node:
 
         async with trio.open_nursery() as nursery:
             runtime = None
-            if self.config.listen is not None or self.config.connect:
+            if self.config.peered:
                 from mesh.runtime import MeshRuntime
 
                 runtime = MeshRuntime(self, self.config)
@@ -140,9 +140,13 @@ class Node:
                 http_note += ", mqtt {}:{}".format(*mqtt[0].socket.getsockname()[:2])
             nursery.start_soon(self._timer)
             addr = listeners[0].socket.getsockname()
-            mesh_note = f", mesh {self.config.listen}" if self.config.listen else ""
-            log.info("exactmesh router %s ready: amqp %s:%s%s%s", self.config.id, addr[0],
-                     addr[1], mesh_note, http_note)
+            cfg = self.config
+            mesh_note = f", mesh {cfg.listen}" if cfg.listen else ""
+            if cfg.uplinks:  # a relay (router/relay_cli.py)
+                mesh_note += ", uplinks " + ",".join(map(str, cfg.uplinks))
+            log.info("exactmesh %s %s ready: amqp %s:%s%s%s",
+                     "relay" if cfg.uplinks else "router", cfg.id, addr[0], addr[1],
+                     mesh_note, http_note)
             log.info("router %s: per-message modules %s", self.config.id, accel.describe())
             task_status.started(addr)
             with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
