@@ -49,6 +49,7 @@ from proton.reactor import ApplicationEvent, Container, EventInjector, LinkOptio
 from router.core import message
 from router.core.topics import TopicError, validate_filter, validate_topic
 
+from .advisory import CONNECTED, DISCONNECTED, NO_RESPONSE, Advisory, AdvisoryLog
 from .client_store import PublisherStore, StoreError, SubscriberStore
 from .sdk_core import (  # noqa: F401 (re-exported: constants callers may read)
     ATTEMPT_TIMEOUT,
@@ -68,6 +69,7 @@ from .sdk_core import (  # noqa: F401 (re-exported: constants callers may read)
 )
 
 __all__ = [
+    "Advisory",
     "ClientClosed",
     "ClientError",
     "Failure",
@@ -91,6 +93,7 @@ DELIVERY_MODE_KEY = symbol("delivery-mode")
 # over. 1 s keeps that under 3 s (measured 2.06 s, benchmarks/failover.py --scenarios
 # sub-freeze,pub-freeze); the price is an empty frame from the router every half second.
 IDLE_TIMEOUT = 1.0
+CLOSE_WAIT = 2.0  # seconds `disconnect()` waits for the relay to answer its close
 
 
 class ClientError(Exception):
@@ -133,6 +136,13 @@ def parse_urls(urls: str | Sequence[str]) -> list[str]:
     return out
 
 
+def endpoints(urls: str | Sequence[str] | None, relay: str | None) -> str | Sequence[str]:
+    """What a client connects to: its routers' URLs, or its relay's (`relay=URL`)."""
+    if (urls is None) == (relay is None):
+        raise ValueError("give the routers' URLs or relay=URL (one of them)")
+    return relay if relay is not None else urls  # type: ignore[return-value]
+
+
 def _check_name(name: str) -> str:
     if not isinstance(name, str) or not name or len(name) > 200:
         raise ValueError(f"client id {name!r} must be a non-empty string of at most 200 "
@@ -168,12 +178,20 @@ class _Timer(Handler):
 
 class _ClientLoop(Handler):
     """What publishers and subscribers share: the I/O thread, reconnection to the next URL
-    with backoff, the resume property on attach, and thread-safe wake-ups."""
+    with backoff, the resume property on attach, and thread-safe wake-ups.
+
+    Connection control for clients that are only sometimes connected (a laptop): with
+    `autoconnect=False` it does not connect until `connect()`; `disconnect()` detaches
+    cleanly and returns once it is safe to sever the network. Advisories (CONNECTED,
+    DISCONNECTED, NO_RESPONSE: amqp_edge/advisory.py) come to `on_advisory(advisory)` on the
+    I/O thread and to any reader of `advisories()`."""
 
     kind = "client"
 
     def __init__(self, urls: str | Sequence[str], name: str, *,
-                 connect_timeout: float | None, idle_timeout: float) -> None:
+                 connect_timeout: float | None, idle_timeout: float,
+                 on_advisory: Callable[[Advisory], None] | None = None,
+                 autoconnect: bool = True) -> None:
         self._urls = parse_urls(urls)
         self._name = _check_name(name)
         self._connect_timeout = connect_timeout
@@ -188,6 +206,8 @@ class _ClientLoop(Handler):
         self._attached_url: str | None = None
         self._wake_pending = False
         self._reconnects = 0
+        self._advisories = AdvisoryLog()
+        self._on_advisory = on_advisory
         # I/O thread only
         self._dial = Reconnect(self._urls, connect_timeout, time.monotonic())
         self._conn: Any = None
@@ -196,6 +216,7 @@ class _ClientLoop(Handler):
         self._last_error = "none yet"
         self._stopping = False
         self._reconnect_timer: Any = None
+        self._online = autoconnect  # whether to be connected: connect() / disconnect()
         self._container = Container(self)
         self._container.container_id = self._name
         self._injector = EventInjector()
@@ -275,6 +296,68 @@ class _ClientLoop(Handler):
                 self._cond.wait(remaining)
             return self._attached_url or ""
 
+    # ------------------------------------------------------------------ connection control
+
+    def connect(self) -> None:
+        """Connect (again) after `disconnect()`, or after `autoconnect=False`. Returns at once;
+        `wait_attached` or a CONNECTED advisory says when it is attached."""
+        self.check()
+        self._injector.trigger(ApplicationEvent("exactmesh_connect"))
+
+    def disconnect(self, timeout: float | None = 10.0) -> Advisory:
+        """Detach cleanly and close the connection, and stay disconnected until `connect()`;
+        returns the DISCONNECTED advisory: from then on it is safe to sever the network.
+        The client stays usable: a publisher's `send` keeps storing, for the next connect."""
+        with self._cond:
+            self._check()
+            mark = self._advisories.next
+        self._injector.trigger(ApplicationEvent("exactmesh_disconnect"))
+        for advisory in self.advisories(timeout, since=mark):
+            if advisory.kind == DISCONNECTED:
+                return advisory
+        raise TimeoutError(f"{self.kind} {self._name!r} not disconnected after {timeout} s")
+
+    def advisories(self, timeout: float | None = None, *,
+                   since: int = 0) -> Iterator[Advisory]:
+        """The client's advisories (amqp_edge.advisory), those kept so far and then each as it
+        comes; ends after `timeout` seconds without one, or when the client is closed."""
+        number = since
+        while True:
+            deadline = None if timeout is None else time.monotonic() + timeout
+            with self._cond:
+                items, next_number = self._advisories.since(number)
+                while not items:
+                    if self._closed:
+                        return
+                    if self._error is not None:
+                        raise self._error
+                    remaining = None if deadline is None else deadline - time.monotonic()
+                    if remaining is not None and remaining <= 0:
+                        return
+                    self._cond.wait(remaining)
+                    items, next_number = self._advisories.since(number)
+            number = next_number
+            yield from items
+
+    def _advisories_since(self, number: int) -> tuple[list[Advisory], int]:
+        with self._lock:
+            return self._advisories.since(number)
+
+    def _advise(self, kind: str, url: str, detail: str = "") -> None:
+        """I/O thread: record an advisory, wake readers, call the application's callback."""
+        advisory = Advisory(kind, url, detail)
+        with self._lock:
+            if not self._advisories.add(advisory):
+                return
+            self._notify()
+        log.info("%s %s: %s %s%s", self.kind, self._name, kind, url,
+                 f" ({detail})" if detail else "")
+        if self._on_advisory is not None:
+            try:
+                self._on_advisory(advisory)
+            except Exception:
+                log.exception("%s %s: on_advisory raised", self.kind, self._name)
+
     def close(self) -> None:
         """Detach and stop the I/O thread. Messages without an outcome stay in the state
         directory; nothing is flushed (call `flush` first for that)."""
@@ -328,7 +411,39 @@ class _ClientLoop(Handler):
     # ------------------------------------------------------------------ I/O thread
 
     def on_reactor_init(self, event: Any) -> None:
-        self._connect()
+        if self._online:
+            self._connect()
+
+    def on_exactmesh_connect(self, event: Any) -> None:
+        if self._online or self._stopping:
+            return
+        self._online = True
+        if self._conn is None and self._reconnect_timer is None:
+            self._connect()
+
+    def on_exactmesh_disconnect(self, event: Any) -> None:
+        self._online = False
+        if self._reconnect_timer is not None:
+            self._reconnect_timer.cancel()
+            self._reconnect_timer = None
+        conn, link = self._conn, self._link
+        if conn is None:
+            self._advise(DISCONNECTED, "", "was not connected")
+            return
+        try:
+            self._on_closing()  # a publisher's last commit
+        except Exception:
+            log.exception("%s %s: while disconnecting", self.kind, self._name)
+        if link is not None and not link.state & Endpoint.LOCAL_CLOSED:
+            link.detach()  # keep what the relay holds for us: a durable subscription stays
+        conn.close()
+        incarnation = self._incarnation
+        # The relay answers the close at once; one that does not is dropped after this.
+        self._container.schedule(CLOSE_WAIT, _Timer(lambda: self._close_expired(incarnation)))
+
+    def _close_expired(self, incarnation: int) -> None:
+        if incarnation == self._incarnation and not self._online and self._conn is not None:
+            self._lost(self._conn, f"no answer to the close within {CLOSE_WAIT:g} s")
 
     def on_reactor_quiesced(self, event: Any) -> None:
         try:
@@ -370,7 +485,7 @@ class _ClientLoop(Handler):
 
     def _connect(self) -> None:
         self._reconnect_timer = None
-        if self._stopping or self._error is not None:
+        if self._stopping or self._error is not None or not self._online:
             return
         url = self._dial.next_url()
         self._incarnation += 1
@@ -382,6 +497,7 @@ class _ClientLoop(Handler):
         except OSError as err:
             self._last_error = f"cannot resolve {parts.hostname!r}: {err}"
             self._conn = None
+            self._advise(NO_RESPONSE, url, self._last_error)
             self._retry_later()
             return
         self._conn = self._container.connect(url, handler=self, reconnect=False,
@@ -421,6 +537,7 @@ class _ClientLoop(Handler):
             self._attached_url = event.connection.exactmesh_url
             self._notify()
         self._on_attached(link)
+        self._advise(CONNECTED, event.connection.exactmesh_url)
 
     def on_link_remote_close(self, event: Any) -> None:
         self._link_gone(event)
@@ -478,9 +595,14 @@ class _ClientLoop(Handler):
             return
         self._last_error = reason
         was_attached = self._attached
+        url = getattr(conn, "exactmesh_url", "")
         self._drop_connection()
         if self._stopping:
             return
+        if not self._online:  # disconnect(): the close went through (or timed out)
+            self._advise(DISCONNECTED, url, "safe to sever the network")
+            return
+        self._advise(NO_RESPONSE, url, reason)
         self._dial.lost(was_attached, time.monotonic())
         if was_attached:
             log.info("%s %s lost its link (%s); reconnecting", self.kind, self._name, reason)
@@ -540,16 +662,20 @@ class Publisher(_ClientLoop):
       committed; keep it short.
     - `store` (instead of `state_dir`): an outbox object such as `MemoryPublisherStore`, whose
       preloaded messages are declared and resent like those found in a state directory.
+    - `relay=URL` instead of the routers' URLs: it publishes through that relay.
+    - `disconnect()` / `connect()`, `advisories()` and `on_advisory`: see `_ClientLoop`.
+      While disconnected, `send` still stores (until the window is full), for the next connect.
     """
 
     kind = "publisher"
 
     def __init__(
         self,
-        urls: str | Sequence[str],
-        topic: str,
+        urls: str | Sequence[str] | None = None,
+        topic: str = "",
         *,
         id: str,
+        relay: str | None = None,
         state_dir: str | None = None,
         window: int = 100,
         on_outcome: Callable[[int, Outcome], None] | None = None,
@@ -558,7 +684,10 @@ class Publisher(_ClientLoop):
         mode: str | None = None,
         synchronous: str = "NORMAL",
         store: Any = None,
+        on_advisory: Callable[[Advisory], None] | None = None,
+        autoconnect: bool = True,
     ) -> None:
+        urls = endpoints(urls, relay)
         try:
             validate_topic(topic)
         except TopicError as err:
@@ -573,7 +702,8 @@ class Publisher(_ClientLoop):
         else:
             _check_name(id)
         self._store = store
-        super().__init__(urls, id, connect_timeout=connect_timeout, idle_timeout=idle_timeout)
+        super().__init__(urls, id, connect_timeout=connect_timeout, idle_timeout=idle_timeout,
+                         on_advisory=on_advisory, autoconnect=autoconnect)
         self.topic = topic
         self.link_name = f"pub/{self._name}"
         self.window = window
@@ -620,6 +750,21 @@ class Publisher(_ClientLoop):
             seq = self._enqueue(body, properties, ttl)
         self._wake()
         return seq
+
+    def wait_transmitted(self, timeout: float | None = None) -> bool:
+        """Wait until every message without an outcome went on the wire of the current link
+        (a cron job hands its messages to its relay, then `disconnect()`s; a later run
+        collects their outcomes). False after `timeout` seconds, or if not attached."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._cond:
+            while not self._core.all_transmitted():
+                self._check()
+                remaining = None if deadline is None else deadline - time.monotonic()
+                if not self._attached or (remaining is not None and remaining <= 0):
+                    return False
+                # The I/O thread transmits as credit comes without notifying: look again soon.
+                self._cond.wait(0.05 if remaining is None else min(remaining, 0.05))
+            return True
 
     def try_send(self, body: bytes | str, properties: dict | None = None,
                  ttl: float | None = None) -> int | None:
@@ -821,17 +966,22 @@ class Subscriber(_ClientLoop):
       subscription gets them again); it reconnects to the next URL and declares, in
       `exactmesh:resume`, those as "received" and recently accepted ones as "accepted", with a
       new attach generation.
+    - `relay=URL` instead of the routers' URLs: it listens through that relay
+      (`exactmesh relay`, docs/relay.md), always durable; while it is away the relay keeps
+      what arrives for it for its registration (`timeout`, or the relay's `--registration`).
+    - `disconnect()` / `connect()`, `advisories()` and `on_advisory`: see `_ClientLoop`.
     """
 
     kind = "subscriber"
 
     def __init__(
         self,
-        urls: str | Sequence[str],
-        topic_filter: str,
+        urls: str | Sequence[str] | None = None,
+        topic_filter: str = "",
         *,
         id: str,
         state_dir: str,
+        relay: str | None = None,
         durable: bool = False,
         timeout: float | None = None,
         prefetch: int = 100,
@@ -839,7 +989,11 @@ class Subscriber(_ClientLoop):
         connect_timeout: float | None = None,
         idle_timeout: float = IDLE_TIMEOUT,
         synchronous: str = "NORMAL",
+        on_advisory: Callable[[Advisory], None] | None = None,
+        autoconnect: bool = True,
     ) -> None:
+        urls = endpoints(urls, relay)
+        durable = durable or relay is not None  # a relay's client is registered there
         try:
             validate_filter(topic_filter)
         except TopicError as err:
@@ -848,7 +1002,8 @@ class Subscriber(_ClientLoop):
             raise ValueError("prefetch must be at least 1")
         parse_urls(urls)
         self._store = SubscriberStore(state_dir, _check_name(id), topic_filter, synchronous)
-        super().__init__(urls, id, connect_timeout=connect_timeout, idle_timeout=idle_timeout)
+        super().__init__(urls, id, connect_timeout=connect_timeout, idle_timeout=idle_timeout,
+                         on_advisory=on_advisory, autoconnect=autoconnect)
         self.topic_filter = topic_filter
         self.link_name = f"sub/{self._name}"
         self.durable = durable

@@ -263,6 +263,12 @@ class PublisherCore:
         """Committed messages without an outcome (what the next attach declares)."""
         return len(self._held)
 
+    def all_transmitted(self) -> bool:
+        """Whether every message without an outcome is written and went on the wire."""
+        held, inflight = self._held, self._inflight
+        return not self._unwritten and not any(
+            seq in held and seq not in inflight for seq in self._queue)
+
     # ------------------------------------------------------------------ the store
 
     def take_commit(self) -> PublisherCommit | None:

@@ -28,6 +28,7 @@ from typing import Any, TypeVar
 import trio
 
 from .client import (
+    Advisory,
     ClientClosed,
     Failure,
     Publisher,
@@ -74,7 +75,47 @@ class _Changes:
         self._client._remove_listener(self._from_any_thread)
 
 
-class TrioPublisher:
+class _TrioClient:
+    """What both trio clients share: attach, connection control and advisories."""
+
+    client: Any
+    _changes: _Changes
+
+    async def wait_attached(self) -> str:
+        def attached() -> str | None:
+            self.client.check()
+            return self.client._attached_url if self.client.attached else None
+
+        return await self._changes.wait_for(attached)
+
+    async def connect(self) -> None:
+        """Connect again after `disconnect()` (or `autoconnect=False`)."""
+        self.client.connect()
+        await trio.lowlevel.checkpoint()
+
+    async def disconnect(self, timeout: float | None = 10.0) -> Advisory:
+        """Detach cleanly; returns the DISCONNECTED advisory (safe to sever)."""
+        return await trio.to_thread.run_sync(functools.partial(self.client.disconnect,
+                                                               timeout))
+
+    async def advisories(self) -> AsyncIterator[Advisory]:
+        """The advisories kept so far, then each as it comes, until the client closes."""
+        number = 0
+        while True:
+            def ready(since: int = number) -> tuple[list[Advisory], int] | None:
+                self.client.check()
+                items, after = self.client._advisories_since(since)
+                return (items, after) if items else None
+
+            try:
+                items, number = await self._changes.wait_for(ready)
+            except ClientClosed:
+                return
+            for advisory in items:
+                yield advisory
+
+
+class TrioPublisher(_TrioClient):
     """`amqp_edge.client.Publisher` for trio: the same semantics, awaitable."""
 
     def __init__(self, pub: Publisher) -> None:
@@ -105,13 +146,6 @@ class TrioPublisher:
         raise TimeoutError(f"{self.client.pending} message(s) still without an outcome after "
                            f"{timeout} s")
 
-    async def wait_attached(self) -> str:
-        def attached() -> str | None:
-            self.client.check()
-            return self.client._attached_url if self.client.attached else None
-
-        return await self._changes.wait_for(attached)
-
     @property
     def pending(self) -> int:
         return self.client.pending
@@ -127,7 +161,7 @@ class TrioPublisher:
         return self.client.stats()
 
 
-class TrioSubscriber:
+class TrioSubscriber(_TrioClient):
     """`amqp_edge.client.Subscriber` for trio: `async for msg in sub`, `await sub.accept`."""
 
     def __init__(self, sub: Subscriber) -> None:
@@ -163,13 +197,6 @@ class TrioSubscriber:
         self.client.release(msg)
         await trio.lowlevel.checkpoint()
 
-    async def wait_attached(self) -> str:
-        def attached() -> str | None:
-            self.client.check()
-            return self.client._attached_url if self.client.attached else None
-
-        return await self._changes.wait_for(attached)
-
     @property
     def accepted_total(self) -> int:
         return self.client.accepted_total
@@ -185,10 +212,11 @@ async def _close(client: Any, changes: _Changes) -> None:
 
 
 @asynccontextmanager
-async def open_publisher(urls: str | Sequence[str], *, topic: str, id: str, state_dir: str,
-                         **options: Any) -> AsyncIterator[TrioPublisher]:
+async def open_publisher(urls: str | Sequence[str] | None = None, *, topic: str, id: str,
+                         state_dir: str, **options: Any) -> AsyncIterator[TrioPublisher]:
     """A `TrioPublisher`; `options` are those of `amqp_edge.client.Publisher` (window,
-    connect_timeout, on_outcome, ...). Closing does not flush: `await pub.flush()` first."""
+    connect_timeout, on_outcome, relay, on_advisory, autoconnect, ...). Closing does not
+    flush: `await pub.flush()` first."""
     pub = await trio.to_thread.run_sync(functools.partial(
         Publisher, urls, topic, id=id, state_dir=state_dir, **options))
     tp = TrioPublisher(pub)
@@ -199,10 +227,11 @@ async def open_publisher(urls: str | Sequence[str], *, topic: str, id: str, stat
 
 
 @asynccontextmanager
-async def open_subscriber(urls: str | Sequence[str], topic_filter: str, *, id: str,
-                          state_dir: str, **options: Any) -> AsyncIterator[TrioSubscriber]:
+async def open_subscriber(urls: str | Sequence[str] | None = None, topic_filter: str = "", *,
+                          id: str, state_dir: str,
+                          **options: Any) -> AsyncIterator[TrioSubscriber]:
     """A `TrioSubscriber`; `options` are those of `amqp_edge.client.Subscriber` (durable,
-    timeout, prefetch, connect_timeout, ...)."""
+    timeout, prefetch, connect_timeout, relay, on_advisory, autoconnect, ...)."""
     sub = await trio.to_thread.run_sync(functools.partial(
         Subscriber, urls, topic_filter, id=id, state_dir=state_dir, **options))
     ts = TrioSubscriber(sub)

@@ -3,6 +3,7 @@ commands.
 
     exactmesh pub --url amqp://h1:5672,amqp://h2:5672 --topic T --id NAME --state-dir DIR \\
                   [--count N | lines from stdin] [--window W] [--ttl S] [--timeout S]
+                  [--relay URL instead of --url] [--handover]
     exactmesh sub --url ... --topic FILTER --id NAME --state-dir DIR [--durable --timeout S] \\
                   [--count N] [--idle-exit S]
 
@@ -74,8 +75,13 @@ def _seconds(text: str) -> float:
 
 
 def _common(p: argparse.ArgumentParser, what: str) -> None:
-    p.add_argument("--url", required=True, metavar="URL[,URL...]",
-                   help="routers to use, in failover order: amqp://HOST:PORT, comma-separated")
+    where = p.add_mutually_exclusive_group(required=True)
+    where.add_argument("--url", metavar="URL[,URL...]",
+                       help="routers to use, in failover order: amqp://HOST:PORT, "
+                       "comma-separated")
+    where.add_argument("--relay", metavar="URL",
+                       help="a relay to use instead (exactmesh relay, docs/relay.md): a "
+                       "subscriber is registered there, durable")
     p.add_argument("--id", required=True, metavar="NAME",
                    help=f"this {what}'s stable name (AMQP container-id); reuse it to resume")
     p.add_argument("--state-dir", required=True, metavar="DIR",
@@ -101,6 +107,14 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--ttl", type=_seconds, metavar="S", help="message time to live, seconds")
     p.add_argument("--timeout", type=_seconds, default=60.0, metavar="S",
                    help="give up (exit 3) when no router was reachable this long (default 60)")
+    p.add_argument("--handover", action="store_true",
+                   help="do not wait for every outcome: exit once the messages are sent, "
+                   "the outcomes that come within --collect seconds are taken, and the "
+                   "connection is closed cleanly; a later run with the same id and state "
+                   "directory collects the rest (a cron job through a relay)")
+    p.add_argument("--collect", type=_seconds, default=1.0, metavar="S",
+                   help="with --handover: how long to take outcomes before leaving "
+                   "(default 1)")
 
     s = sub.add_parser(
         "sub", help="receive messages exactly once (resumable), one JSON line each",
@@ -163,15 +177,16 @@ def _open(kind: str, args: argparse.Namespace) -> Any:
     from amqp_edge.client_store import StoreError
 
     try:
-        urls = parse_urls(args.url)
+        urls = None if args.relay else parse_urls(args.url)
         if kind == "pub":
             return Publisher(urls, args.topic, id=args.id, state_dir=args.state_dir,
-                             window=args.window, connect_timeout=args.timeout)
-        if args.timeout is not None and not args.durable:
+                             relay=args.relay, window=args.window,
+                             connect_timeout=args.timeout)
+        if args.timeout is not None and not (args.durable or args.relay):
             raise ValueError("--timeout applies to a durable subscription: add --durable")
         return Subscriber(urls, args.topic, id=args.id, state_dir=args.state_dir,
-                          durable=args.durable, timeout=args.timeout, prefetch=args.prefetch,
-                          connect_timeout=args.connect_timeout)
+                          relay=args.relay, durable=args.durable, timeout=args.timeout,
+                          prefetch=args.prefetch, connect_timeout=args.connect_timeout)
     except (ValueError, StoreError) as err:
         _error(str(err))
         return None
@@ -201,7 +216,10 @@ def run_pub(args: argparse.Namespace) -> int:
         else:
             for line in _lines():
                 pub.send(line, ttl=args.ttl)
-        pub.flush()
+        if args.handover:
+            _hand_over(pub, args.timeout, args.collect)
+        else:
+            pub.flush()
     except RouterUnreachable as err:
         _error(str(err))
         return EXIT_UNREACHABLE
@@ -214,9 +232,24 @@ def run_pub(args: argparse.Namespace) -> int:
         pub.close()
     for f in failures:
         print(f"{f.seq} {f.condition} {f.description}", file=sys.stderr)
-    print(json.dumps({"sent": stats["sent"], "accepted": stats["accepted"],
-                      "failed": len(failures), "resent": stats["resent"]}), flush=True)
+    out = {"sent": stats["sent"], "accepted": stats["accepted"], "failed": len(failures),
+           "resent": stats["resent"]}
+    if args.handover:  # what a later run collects the outcomes of
+        out["pending"] = stats["pending"]
+    print(json.dumps(out), flush=True)
     return EXIT_FAILED if failures else EXIT_OK
+
+
+def _hand_over(pub: Any, timeout: float, collect: float) -> None:
+    """Wait until every message without an outcome went on the wire (if the relay is not
+    there, the state directory keeps them for the next run), take the outcomes that come
+    within `collect` seconds (those of an earlier run's messages come at once if the relay
+    has them), then disconnect cleanly."""
+    with contextlib.suppress(TimeoutError):  # unreachable: the next run sends them
+        pub.wait_attached(timeout)
+        pub.wait_transmitted(timeout)
+        pub.flush(timeout=collect)
+    pub.disconnect(timeout=10)
 
 
 def message_json(msg: Any) -> str:
