@@ -905,6 +905,8 @@ class Publisher(_ClientLoop):
             name = "released"
         elif state == Delivery.MODIFIED:
             name = "modified"
+        elif state == Delivery.RECEIVED:
+            name = "received"  # on relays' disks: not an outcome (docs/relay.md)
         else:
             name = None
         reaction = self._core.on_disposition(d.tag, name, settled=d.settled,
@@ -914,6 +916,10 @@ class Publisher(_ClientLoop):
             d.settle()
         if reaction.retry_in is not None:
             self._container.schedule(reaction.retry_in, _Timer(self._requeue))
+        if reaction.wake:  # it left the window: a blocked send may go on, and more go out
+            with self._lock:
+                self._notify()
+            self._transmit()
 
     def _requeue(self) -> None:
         self._core.requeue()

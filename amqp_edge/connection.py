@@ -25,7 +25,15 @@ from proton import (
 )
 
 from router.core import events as ev
-from router.core.actions import Accepted, CloseLink, Credit, Decide, Send, SettleCopy
+from router.core.actions import (
+    Accepted,
+    CloseLink,
+    Credit,
+    Decide,
+    Relayed,
+    Send,
+    SettleCopy,
+)
 from router.core.engine import Disposition
 from router.core.message import (
     MalformedMessage,
@@ -434,6 +442,10 @@ class AmqpConnection:
                     self.engine.handle(ev.PublisherSettled(self._now, ls.id, action.tag))
         elif kind is Credit:
             pn.link_flow(ls.ptr, action.amount)
+        elif kind is Relayed:  # every copy owed is on a relay's disk; the outcome comes later
+            d = ls.deliveries.get(action.tag)
+            if d is not None:
+                pn.received(d)
         elif kind is CloseLink:
             self._close_link(ls, action.condition, action.description)
         self._output()

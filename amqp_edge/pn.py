@@ -96,6 +96,11 @@ def accept(delivery: Ptr) -> None:
     _update(delivery, ACCEPTED)
 
 
+def received(delivery: Ptr) -> None:
+    """Set the local state to received (AMQP 3.4.1: not an outcome), leaving it unsettled."""
+    _update(delivery, RECEIVED)
+
+
 def remote_undeliverable(delivery: Ptr) -> bool:
     return bool(_is_undeliverable(_remote(delivery)))
 

@@ -63,6 +63,10 @@ ATTEMPT_TIMEOUT = 5.0  # one connection attempt that has not attached by then is
 RESUME_ACCEPTED_MAX = 256  # a subscriber declares at most this many accepted tags (an
 # attach frame must fit the router's max frame size, 32 KiB by default) ...
 RESUME_ACCEPTED_AGE = 60.0  # ... accepted in the last this many seconds
+# A publisher declares every message it holds without an outcome on each attach, and the
+# attach must fit the router's 32 KiB frame: about 2,500 tags. So its window plus what waits
+# on relays' disks (`PublisherCore.waiting_limit`) stays within this.
+DECLARE_MAX = 2000
 PRUNE_EVERY = 10000  # a subscriber prunes its store after every this many acceptances
 # A link refused or closed with one of these will be refused again: reconnecting cannot help.
 FATAL_CONDITIONS = frozenset({
@@ -169,14 +173,17 @@ class Transfer:
 @dataclass(frozen=True, slots=True)
 class Reaction:
     """What to do with a publisher delivery after a disposition: `settle` it or not (no
-    outcome yet); `retry_in`: arm a timer for that many seconds and call `requeue()` then."""
+    outcome yet); `retry_in`: arm a timer for that many seconds and call `requeue()` then;
+    `wake`: the window has room now (tell blocked callers, transmit)."""
 
     settle: bool
     retry_in: float | None = None
+    wake: bool = False
 
 
 _SETTLE = Reaction(settle=True)  # the common answers, made once (one per outcome otherwise)
 _WAIT = Reaction(settle=False)
+_ROOM = Reaction(settle=False, wake=True)
 
 
 @dataclass(slots=True)
@@ -231,6 +238,10 @@ class PublisherCore:
         self._queue: list[int] = [seq for seq, _ in loaded]  # to send: a heap, seq order
         self._transmitted: set[int] = {seq for seq, _ in loaded}  # sending again = resend
         self._inflight: dict[int, None] = {}  # on the current link, unsettled
+        # Of those, the ones the router said are on relays' disks (`received`): they wait
+        # for absent listeners and count in no window, up to `waiting_limit` at a time.
+        self._waiting: set[int] = set()
+        self.waiting_limit = max(0, DECLARE_MAX - window)
         self._accepted: list[int] = []  # for the next commit
         self._failed: list[tuple[int, str, str]] = []
         self._outcomes: list[Outcome] = []
@@ -246,8 +257,10 @@ class PublisherCore:
     # ------------------------------------------------------------------ the application
 
     def can_publish(self) -> bool:
-        """False while `window` messages are without an outcome (a caller waits)."""
-        return self.outstanding < self.window
+        """False while `window` messages are without an outcome (a caller waits), those
+        waiting on relays' disks aside while there are at most `waiting_limit` of them."""
+        waiting = len(self._waiting)
+        return self.outstanding - waiting < self.window and waiting < self.waiting_limit
 
     def publish(self, payload: bytes) -> int:
         """Take one message, encoded for sequence number `next_seq` (read it first: the
@@ -314,6 +327,7 @@ class PublisherCore:
         for seq in self._inflight:
             heapq.heappush(self._queue, seq)
         self._inflight.clear()
+        self._waiting.clear()  # the router says so again when they are resent
 
     def transmit(self, credit: int) -> list[Transfer]:
         """What to send now, in this order, given the link's `credit` (empty when not
@@ -323,7 +337,8 @@ class PublisherCore:
         out: list[Transfer] = []
         queue, held, inflight, transmitted = (self._queue, self._held, self._inflight,
                                               self._transmitted)
-        while queue and credit > 0 and len(inflight) < self.window:
+        room = self.window + len(self._waiting)
+        while queue and credit > 0 and len(inflight) < room:
             seq = heapq.heappop(queue)
             payload = held.get(seq)
             if payload is None or seq in inflight:
@@ -347,8 +362,10 @@ class PublisherCore:
         the router settled it; for "rejected", the error's condition, description and info.
 
         accepted / rejected: final; the outcome goes into the next commit and is reported
-        after it. released / modified / settled without an outcome: sent again later with
-        the same tag (the Reaction may ask for the retry timer). No outcome yet: wait."""
+        after it. received: not an outcome; every copy still owed is on a relay's disk, so
+        the message leaves the window (docs/relay.md); `Reaction.wake` says to tell callers.
+        released / modified / settled without an outcome: sent again later with the same tag
+        (the Reaction may ask for the retry timer). No outcome yet: wait."""
         try:
             seq = int(tag)
         except ValueError:
@@ -361,6 +378,11 @@ class PublisherCore:
             desc = description or ""
             outcome = Outcome(seq, "rejected", name, desc, info)
             self._failed.append((seq, name, desc))
+        elif state == "received" and not settled:
+            if seq in self._inflight and seq not in self._waiting:
+                self._waiting.add(seq)
+                return _ROOM
+            return _WAIT
         elif state in ("released", "modified") or settled:
             # Not taken this time (or settled without an outcome): resend it, same tag.
             self._inflight.pop(seq, None)
@@ -373,6 +395,7 @@ class PublisherCore:
         else:
             return _WAIT  # no outcome yet
         self._inflight.pop(seq, None)
+        self._waiting.discard(seq)
         self._held.pop(seq, None)
         self._outcomes.append(outcome)
         return _SETTLE

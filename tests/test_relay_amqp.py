@@ -68,3 +68,37 @@ def test_what_a_router_stored_for_a_durable_subscriber_survives_its_sigkill(
             again.stop()
     finally:
         r.stop()
+
+
+def test_an_sdk_publisher_is_not_held_by_its_window_for_a_stored_listener(
+        tmp_path: Path) -> None:
+    """The router tells an AMQP publisher `received` (AMQP 3.4.1, not an outcome) once
+    every copy still owed is stored: the SDK takes the message out of its window of 20, so
+    1,000 messages go through while the listener is away, and each final outcome still
+    comes only with the listener's acceptance."""
+    http = free_port()
+    r = RouterProcess("A", "--publisher-window", str(WINDOW), "--relay-store",
+                      str(tmp_path / "relay"), "--http", f"127.0.0.1:{http}")
+    url, sub_dir, n = f"amqp://{r.url}", str(tmp_path / "sub"), 1000
+    try:
+        away = Subscriber(url, "far/#", id="away", state_dir=sub_dir, durable=True,
+                          timeout=3600)
+        away.wait_attached(10)
+        away.close()
+        pub = Publisher(url, "far/t", id="fast", state_dir=str(tmp_path / "pub"), window=20)
+        for i in range(n):
+            pub.send(f"m {i}", timeout=20)  # would time out at the 21st without `received`
+        wait_for(lambda: stats(http)["released"] >= n, 20, "every message stored")
+        assert pub.pending == n and pub.stats()["accepted"] == 0
+        back = Subscriber(url, "far/#", id="away", state_dir=sub_dir, durable=True,
+                          timeout=3600)
+        consumer = Consumer(back)
+        pub.flush(timeout=60)
+        wait_for(lambda: len(consumer.ids) >= n, 30, "every message at the listener")
+        assert pub.stats()["accepted_total"] == n and pub.failures() == []
+        check_exactly_once_in_order(consumer.ids, "fast", n)
+        consumer.close()
+        back.close()
+        pub.close()
+    finally:
+        r.stop()

@@ -121,7 +121,21 @@ class CloseLink:
     description: str
 
 
-Action = Send | SettleCopy | Decide | Credit | CloseLink
+@dataclass(slots=True, init=False)
+class Relayed:
+    """Tell a publisher that every copy still owed of its delivery `tag` is on a relay's
+    disk (docs/relay.md): not an outcome (AMQP's non-terminal `received` state, 3.4.1). Its
+    outcome comes later; meanwhile its place in the publisher's own window may go."""
+
+    link: int
+    tag: bytes
+
+    def __init__(self, link: int, tag: bytes) -> None:
+        self.link = link
+        self.tag = tag
+
+
+Action = Send | SettleCopy | Decide | Credit | CloseLink | Relayed
 
 
 # ---------------------------------------------------------------------- toward the relay store

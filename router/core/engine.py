@@ -35,6 +35,7 @@ from .actions import (
     Hold,
     Outcome,
     Rejected,
+    Relayed,
     Send,
     SettleCopy,
     StoredAt,
@@ -1312,9 +1313,12 @@ class Engine(FailoverMixin):
         pub = rec.publisher
         if pub is None:
             return
-        if pub.stored_enough and rec.outcome is None and not rec.pub_settled:
-            rec.early = True
-            self._actions.append(Decide(pub.link, rec.pub_tag, ACCEPTED))
+        if rec.outcome is None and not rec.pub_settled:
+            if pub.stored_enough:  # MQTT: PUBACK / PUBREC now
+                rec.early = True
+                self._actions.append(Decide(pub.link, rec.pub_tag, ACCEPTED))
+            else:
+                self._actions.append(Relayed(pub.link, rec.pub_tag))
         pub.live -= 1
         if pub.link in self.publishers:
             self._refill(pub)

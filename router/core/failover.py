@@ -28,7 +28,16 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from .actions import ACCEPTED, CloseLink, Decide, Forward, Outcome, Subscribed, Verdict
+from .actions import (
+    ACCEPTED,
+    CloseLink,
+    Decide,
+    Forward,
+    Outcome,
+    Relayed,
+    Subscribed,
+    Verdict,
+)
 from .records import ALL, CopyState, PartState, Publisher, Record, Subscriber
 from .topics import matches
 from .transitions import (
@@ -661,6 +670,8 @@ class FailoverMixin:
             self._release_held()
             return
         pub.records[tag] = rec
+        if rec.released and rec.outcome is None and not pub.stored_enough:
+            self._actions.append(Relayed(pub.link, tag))  # as it was told before it left
         if published_here or rec.peers:
             # Another origin's record has parts only for subscribers that moved away from
             # here while it was an orphan (`_moved_away`): they were left to be sent once its

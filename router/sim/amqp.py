@@ -74,7 +74,7 @@ from amqp_edge.client import (
 )
 from amqp_edge.connection import AmqpConnection
 from router.core import events as ev
-from router.core.actions import Accepted, CloseLink, Credit, Decide, Send, SettleCopy
+from router.core.actions import Accepted, CloseLink, Credit, Decide, Relayed, Send, SettleCopy
 from router.core.message import annotate, publisher_annotation, scan, with_redelivery
 from router.core.message import encode_message as encode_amqp
 from router.core.records import ALL, LinkIdentity, outgoing_tag
@@ -89,7 +89,8 @@ if TYPE_CHECKING:
     Client = PubClient | SubClient
 
 _STATES = {Delivery.ACCEPTED: "accepted", Delivery.REJECTED: "rejected",
-           Delivery.RELEASED: "released", Delivery.MODIFIED: "modified"}
+           Delivery.RELEASED: "released", Delivery.MODIFIED: "modified",
+           Delivery.RECEIVED: "received"}
 
 
 class WireClient:
@@ -433,6 +434,10 @@ class AmqpSide:
                 pub.credit += action.amount
             elif kind is Decide:
                 self._decided(wc, pub, action)
+            elif kind is Relayed:  # the connection sets `received`; `_disposition` sees it
+                if action.tag not in pub.undecided:
+                    raise Violation(f"{pub.label} told {action.tag!r} is stored by relays "
+                                    "after its outcome, or for nothing it published")
             else:
                 raise Violation(f"{wc.router.id} sent {action} on publisher link {pub.label}")
             return
@@ -799,6 +804,10 @@ class AmqpSide:
         sdk.commit()
         if state in ("accepted", "rejected"):
             self._check_outcome(pub, d.tag, state, condition, description)
+        elif state == "received":  # on relays' disks: the outcome comes later
+            self.world.log(f"{pub.label}: {d.tag!r} stored by relays")
+            if reaction.wake:
+                self.world.after(0.0, self._transmit, pub)
         elif state is not None or d.settled:
             self.world.log(f"{pub.label}: {d.tag!r} {state or 'settled without an outcome'}: "
                            "sent again later")

@@ -97,6 +97,7 @@ from router.core.actions import (
     Credit,
     Decide,
     Forward,
+    Relayed,
     Send,
     SettleCopy,
     Verdict,
@@ -1549,6 +1550,14 @@ class World(SdkClients):
                     return
                 delay = rng.uniform(0.2, 1.0) if rng.random() < 0.1 else rng.uniform(0.001, 0.02)
                 self.after(delay, self._settle_delivery, pub, action.tag)
+            elif isinstance(action, Relayed):  # not an outcome: the message is still owed
+                if action.tag not in pub.undecided:
+                    raise Violation(f"{pub.label} told {action.tag!r} is stored by relays "
+                                    "after its outcome, or for nothing it published")
+                self.log(f"{pub.label} told {action.tag[:8]!r} is stored by relays")
+                if pub.sdk is not None and pub.sdk.core.on_disposition(
+                        action.tag, "received").wake:
+                    self.after(0.0, self.sdk_transmit, pub, pub.epoch)
             else:
                 raise Violation(f"{client.router.id} sent {action} on publisher link "
                                 f"{pub.label}")
