@@ -88,6 +88,7 @@ log = logging.getLogger("exactmesh.client")
 
 RESUME_KEY = symbol("exactmesh:resume")
 DELIVERY_MODE_KEY = symbol("delivery-mode")
+EXPECT_KEY = symbol("exactmesh:expect")  # pre-registration: amqp_edge/expect.py
 # AMQP idle timeout the clients ask for: a router that hangs without closing its sockets (a
 # frozen process, a dead host) is noticed within about twice this, and the client fails
 # over. 1 s keeps that under 3 s (measured 2.06 s, benchmarks/failover.py --scenarios
@@ -141,6 +142,23 @@ def endpoints(urls: str | Sequence[str] | None, relay: str | None) -> str | Sequ
     if (urls is None) == (relay is None):
         raise ValueError("give the routers' URLs or relay=URL (one of them)")
     return relay if relay is not None else urls  # type: ignore[return-value]
+
+
+def expectations(expect: dict[str, str], timeout: float) -> list[dict[str, Any]]:
+    """`Publisher(expect=...)` as the exactmesh:expect property: listener -> filter, where a
+    listener is an SDK subscriber's id or a full mesh key (container-id/link-name)."""
+    if expect and not timeout > 0:
+        raise ValueError("expect_timeout must be more than 0 seconds")
+    out = []
+    for listener, topic_filter in expect.items():
+        try:
+            validate_filter(topic_filter)
+        except TopicError as err:
+            raise ValueError(f"expect: bad topic filter {topic_filter!r} for {listener!r}: "
+                             f"{err}") from None
+        key = listener if "/" in listener else f"{listener}/sub/{listener}"
+        out.append({"key": key, "filter": topic_filter, "timeout": float(timeout)})
+    return out
 
 
 def _check_name(name: str) -> str:
@@ -663,6 +681,9 @@ class Publisher(_ClientLoop):
     - `store` (instead of `state_dir`): an outbox object such as `MemoryPublisherStore`, whose
       preloaded messages are declared and resent like those found in a state directory.
     - `relay=URL` instead of the routers' URLs: it publishes through that relay.
+    - `expect={listener: filter}`: pre-registration (amqp_edge/expect.py): durable listeners
+      it expects (SDK subscriber ids, or container-id/link-name keys) are owed its messages
+      from its first attach on, before they ever attach, for `expect_timeout` seconds.
     - `disconnect()` / `connect()`, `advisories()` and `on_advisory`: see `_ClientLoop`.
       While disconnected, `send` still stores (until the window is full), for the next connect.
     """
@@ -686,6 +707,8 @@ class Publisher(_ClientLoop):
         store: Any = None,
         on_advisory: Callable[[Advisory], None] | None = None,
         autoconnect: bool = True,
+        expect: dict[str, str] | None = None,
+        expect_timeout: float = 3600.0,
     ) -> None:
         urls = endpoints(urls, relay)
         try:
@@ -708,6 +731,7 @@ class Publisher(_ClientLoop):
         self.link_name = f"pub/{self._name}"
         self.window = window
         self._mode = mode
+        self._expect = expectations(expect or {}, expect_timeout)
         self._on_outcome = on_outcome
         # The publisher's decisions (amqp_edge.sdk_core). The application's thread publishes
         # into it under _lock; the I/O thread takes _lock only to commit (what the two
@@ -835,6 +859,8 @@ class Publisher(_ClientLoop):
         props: dict = {RESUME_KEY: self._core.declaration()}
         if self._mode is not None:
             props[DELIVERY_MODE_KEY] = self._mode
+        if self._expect:
+            props[EXPECT_KEY] = self._expect
         return self._container.create_sender(conn, self.topic, name=self.link_name,
                                              options=_Options(props))
 

@@ -46,6 +46,7 @@ from router.core.records import ALL, MODES, LinkIdentity
 from router.core.topics import TopicError, validate_filter, validate_topic
 
 from . import pn
+from .expect import ExpectError, expected, pre_register
 from .resume import ResumeError, answer, publisher_resends, subscriber_resume
 
 if TYPE_CHECKING:
@@ -200,7 +201,7 @@ class AmqpConnection:
                 self._attach_publisher(link, ident)
             else:
                 self._attach_subscriber(link, ident)
-        except (TopicError, ResumeError) as err:
+        except (TopicError, ResumeError, ExpectError) as err:
             self._refuse(link, INVALID_FIELD, str(err))
 
     def _attach_publisher(self, link: Link, ident: LinkIdentity) -> None:
@@ -217,6 +218,7 @@ class AmqpConnection:
                          f"one of {', '.join(MODES)}")
             return
         resends = publisher_resends(props)
+        pre_register(self.node, expected(props))  # before its first message is matched
         link.target.address = address
         link.source.copy(link.remote_source)
         link.rcv_settle_mode = link.remote_rcv_settle_mode

@@ -24,19 +24,31 @@ if TYPE_CHECKING:
 log = logging.getLogger("exactmesh.amqp")
 
 
+def subscribe_away(node: RuntimePort, ident: LinkIdentity, topic_filter: str,
+                   presettled: bool, timeout: float, keep: bool = False) -> None:
+    """A warm subscriber whose client is away, for `timeout` seconds: restored after a
+    restart, or pre-registered (`keep`: also kept in the relay store, if there is one, so
+    that a restart restores it)."""
+    now = node.now()
+    link = node.new_link_id()  # registered by nobody: the client is away
+    node.engine.handle(ev.SubscriberAttached(now, link, ident, topic_filter,
+                                             presettled=presettled, warm_timeout=timeout))
+    node.engine.handle(ev.SubscriberDetached(now, link, False))
+    store = node.relay_store
+    if keep and store is not None:
+        store.keep_link(ident.key, ident.container, ident.name, topic_filter, presettled,
+                        timeout)
+        store.link_away(ident.key)
+
+
 def restore_links(node: RuntimePort) -> int:
     """Put the durable subscriber links of the last run back, away; returns how many."""
     store = node.relay_store
     if store is None:
         return 0
     links = store.durable_links()
-    now = node.now()
     for container, name, topic_filter, presettled, left in links:
-        link = node.new_link_id()  # registered by nobody: the client is away
-        node.engine.handle(ev.SubscriberAttached(
-            now, link, LinkIdentity(container, name), topic_filter, presettled=presettled,
-            warm_timeout=left))
-        node.engine.handle(ev.SubscriberDetached(now, link, False))
+        subscribe_away(node, LinkIdentity(container, name), topic_filter, presettled, left)
     if links:
         log.info("relay store: %d durable AMQP subscriber(s) restored", len(links))
     return len(links)

@@ -283,6 +283,11 @@ class Engine(FailoverMixin):
         if self._new_deadline is None or deadline < self._new_deadline:
             self._new_deadline = deadline
 
+    def knows_subscriber(self, key: str) -> bool:
+        """Whether the subscriber with mesh key `key` is known here: attached, warm and
+        away, or at another router."""
+        return key in self._by_key or key in self._warm or key in self._remote_meta
+
     def find(self, delivery_id: str) -> Record | None:
         """A live record by its delivery id (the outgoing tag in hex); the newest if a reused
         tag gave several live records the same id."""
