@@ -915,7 +915,8 @@ class Publisher(_ClientLoop):
 
     def on_delivery(self, event: Any) -> None:
         d = event.delivery
-        if not self._current(event.connection) or d.link != self._link or not d.updated:
+        if not self._current(event.connection) or d.link != self._link or not d.updated \
+                or self._core.decided(d.tag):
             return
         state = d.remote_state
         condition = description = info = None

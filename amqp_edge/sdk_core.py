@@ -276,6 +276,15 @@ class PublisherCore:
         """Committed messages without an outcome (what the next attach declares)."""
         return len(self._held)
 
+    def decided(self, tag: bytes | str) -> bool:
+        """Whether delivery `tag` is one of ours that has its outcome already. Proton may
+        report a delivery again after that (a later disposition range that covers it): the
+        drivers ignore those."""
+        try:
+            return int(tag) not in self._held
+        except ValueError:
+            return False
+
     def all_transmitted(self) -> bool:
         """Whether every message without an outcome is written and went on the wire."""
         held, inflight = self._held, self._inflight

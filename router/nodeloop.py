@@ -89,6 +89,9 @@ class NodeLoop:
             for action in actions:
                 kind = type(action)
                 if kind is Hold:
+                    if not action.payload:  # type: ignore[union-attr]
+                        # Another copy of a released record: its body is in the store already.
+                        self._from_store(action)
                     holds.append(action)  # type: ignore[arg-type]
                     continue
                 if kind is Unhold:
@@ -120,9 +123,10 @@ class NodeLoop:
             self.engine.handle(Held(now, [(h.sid, h.seq) for h in holds]))
 
     def _from_store(self, action: Any) -> None:
-        """A released record's copy or resend: its body is in the relay store only."""
-        payload = self.store.payload(action.msg_id if type(action) is Forward
-                                     else action.tag.decode()) if self.store else None
+        """A released record's copy, resend or further hold: its body is in the relay store
+        only."""
+        payload = self.store.payload(action.tag.decode() if type(action) is Send
+                                     else action.msg_id) if self.store else None
         if payload is None:
             raise RuntimeError(f"the relay store lost the body of {action!r}")
         action.payload = payload

@@ -787,6 +787,8 @@ class AmqpSide:
         then the group commit. The outcome must be the one the checker saw decided."""
         sdk = pub.sdk
         assert sdk is not None
+        if sdk.core.decided(d.tag):
+            return  # reported again after its outcome (the client ignores it too)
         state = _STATES.get(d.remote_state)
         condition = description = info = None
         if state == "rejected":
