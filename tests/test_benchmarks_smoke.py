@@ -276,3 +276,11 @@ def test_relay_router() -> None:
     for r in rows.values():
         assert num(r["msgs/s"]) > 0 and num(r["handed"]) == 300, r
     assert num(rows["absent, store"]["drain msg/s"]) > 0, out
+
+
+def test_relay_absent() -> None:
+    """A listener behind a relay away while two publishers go on (benchmarks/relay_absent.py):
+    it finishes, and the listener gets every message once, in each publisher's order."""
+    out = run_benchmark("relay_absent", "--quick")
+    assert "the listener got all 600 once each, in each publisher's order" in out, out
+    assert "absent:" in out and "hand-over when back:" in out, out
