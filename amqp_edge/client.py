@@ -644,11 +644,19 @@ class _ClientLoop(Handler):
 
 
 def encode_message(name: str, topic: str, seq: int, body: bytes | str,
-                   properties: dict | None = None, ttl: float | None = None) -> bytes:
+                   properties: dict | None = None, ttl: float | None = None, *,
+                   reply_to: str | None = None, correlation_id: Any = None) -> bytes:
     """The AMQP bytes a `Publisher` named `name` sends as message `seq` (id "NAME:seq",
-    durable): what a `MemoryPublisherStore` is preloaded with."""
+    durable): what a `MemoryPublisherStore` is preloaded with. A request carries `reply_to`,
+    a reply `correlation_id` (the request's message id)."""
     if not isinstance(body, bytes | str):
         raise TypeError(f"body must be bytes or str, not {type(body).__name__}")
+    if reply_to is not None or correlation_id is not None:  # requests and replies: proton's
+        msg = Message(body=body, address=topic, id=f"{name}:{seq}", properties=properties,
+                      durable=True, reply_to=reply_to, correlation_id=correlation_id)
+        if ttl is not None:
+            msg.ttl = ttl
+        return msg.encode()
     try:  # the router's AMQP message codec (router/core/message.py), a few microseconds
         return message.encode_message(
             body, to=topic, message_id=f"{name}:{seq}", durable=True,
@@ -757,9 +765,11 @@ class Publisher(_ClientLoop):
             return self._core.outstanding
 
     def send(self, body: bytes | str, properties: dict | None = None, ttl: float | None = None,
-             timeout: float | None = None) -> int:
+             timeout: float | None = None, *, reply_to: str | None = None,
+             correlation_id: Any = None) -> int:
         """Queue one message; returns its sequence number. Blocks while `window` messages are
-        without an outcome (TimeoutError after `timeout` seconds if given)."""
+        without an outcome (TimeoutError after `timeout` seconds if given). `reply_to` and
+        `correlation_id`: for requests and replies (amqp_edge/request.py)."""
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._cond:
             while True:
@@ -771,7 +781,7 @@ class Publisher(_ClientLoop):
                     raise TimeoutError(f"the window of {self.window} stayed full for "
                                        f"{timeout} s")
                 self._cond.wait(remaining)
-            seq = self._enqueue(body, properties, ttl)
+            seq = self._enqueue(body, properties, ttl, reply_to, correlation_id)
         self._wake()
         return seq
 
@@ -801,17 +811,19 @@ class Publisher(_ClientLoop):
         self._wake()
         return seq
 
-    def _enqueue(self, body: bytes | str, properties: dict | None, ttl: float | None) -> int:
+    def _enqueue(self, body: bytes | str, properties: dict | None, ttl: float | None,
+                 reply_to: str | None = None, correlation_id: Any = None) -> int:
         """Call with _lock held."""
         payload = encode_message(self._name, self.topic, self._core.next_seq, body, properties,
-                                 ttl)
+                                 ttl, reply_to=reply_to, correlation_id=correlation_id)
         return self._core.publish(payload)
 
-    def flush(self, timeout: float | None = None) -> None:
-        """Wait until every message sent so far has a final outcome (accepted or failed)."""
+    def flush(self, timeout: float | None = None, *, stored: bool = False) -> None:
+        """Wait until every message sent so far has a final outcome (accepted or failed);
+        with `stored`, or is on relays' disks for absent listeners (`received`)."""
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._cond:
-            while self._core.outstanding:
+            while self._core.outstanding - (self._core.waiting if stored else 0):
                 self._check()
                 remaining = None if deadline is None else deadline - time.monotonic()
                 if remaining is not None and remaining <= 0:
@@ -969,6 +981,8 @@ class ReceivedMessage:
     properties: dict | None
     delivery_count: int = 0
     annotations: dict | None = None
+    reply_to: str | None = None  # a request's reply address
+    correlation_id: Any = None  # a reply's: the request's message id
     _copy: int = field(default=0, repr=False)  # SubscriberCore's serial (Shown.copy)
 
     @property
@@ -1024,6 +1038,7 @@ class Subscriber(_ClientLoop):
         synchronous: str = "NORMAL",
         on_advisory: Callable[[Advisory], None] | None = None,
         autoconnect: bool = True,
+        link_name: str | None = None,
     ) -> None:
         urls = endpoints(urls, relay)
         durable = durable or relay is not None  # a relay's client is registered there
@@ -1038,7 +1053,7 @@ class Subscriber(_ClientLoop):
         super().__init__(urls, id, connect_timeout=connect_timeout, idle_timeout=idle_timeout,
                          on_advisory=on_advisory, autoconnect=autoconnect)
         self.topic_filter = topic_filter
-        self.link_name = f"sub/{self._name}"
+        self.link_name = link_name or f"sub/{self._name}"
         self.durable = durable
         self.timeout = timeout
         self.prefetch = prefetch
@@ -1220,4 +1235,4 @@ def _received(shown: Shown) -> ReceivedMessage:
         body=body, topic=msg.address, message_id=msg.id, tag=shown.tag,
         redelivered=_redelivered(msg), properties=msg.properties,
         delivery_count=msg.delivery_count or 0, annotations=msg.annotations,
-        _copy=shown.copy)
+        reply_to=msg.reply_to, correlation_id=msg.correlation_id, _copy=shown.copy)

@@ -47,6 +47,7 @@ from router.core.topics import TopicError, validate_filter, validate_topic
 
 from . import pn
 from .expect import ExpectError, expected, pre_register
+from .replies import REPLIES_SOURCE, reply_filter, restore_name, substitute
 from .resume import ResumeError, answer, publisher_resends, subscriber_resume
 
 if TYPE_CHECKING:
@@ -57,6 +58,7 @@ log = logging.getLogger("exactmesh.amqp")
 DELIVERY_MODE_PROPERTY = symbol("delivery-mode")
 INVALID_FIELD = "amqp:invalid-field"
 NOT_IMPLEMENTED = "amqp:not-implemented"
+NOT_FOUND = "amqp:not-found"
 SIZE_EXCEEDED = "amqp:link:message-size-exceeded"
 DECODE_ERROR = "amqp:decode-error"
 DETACH_FORCED = "amqp:link:detach-forced"
@@ -75,8 +77,8 @@ class LinkState:
     """What the edge keeps per attached client link."""
 
     __slots__ = (
-        "annotation", "deliveries", "durable", "id", "is_publisher", "label", "link", "ptr",
-        "settle_first",
+        "annotation", "client", "deliveries", "durable", "id", "is_publisher", "label", "link",
+        "ptr", "replies", "settle_first",
     )
 
     def __init__(self, link: Link, link_id: int, is_publisher: bool, label: str) -> None:
@@ -86,6 +88,8 @@ class LinkState:
         self.is_publisher = is_publisher
         self.label = label
         self.durable = ""  # a durable subscriber's key, kept in the relay store if any
+        self.client = ""  # the client's container-id
+        self.replies = False  # a client's reply link at a relay (amqp_edge/replies.py)
         # A publisher link in rcv-settle-mode first (AMQP 2.8.3, the clients' default): the
         # router settles when it sends the outcome. In mode second it leaves that to the
         # publisher, whose settlement it then relays (the seed design's scheme).
@@ -240,7 +244,16 @@ class AmqpConnection:
             self._refuse(link, NOT_IMPLEMENTED, "dynamic sources are not supported; "
                          "attach a receiver whose source address is a topic filter")
             return
-        topic_filter = validate_filter(source.address or "")
+        replies = source.address == REPLIES_SOURCE
+        if replies:
+            if self.node.relay_store is None:
+                self._refuse(link, NOT_FOUND, f"{REPLIES_SOURCE} (the replies to a client's "
+                             "requests) is kept by relays: attach it at your relay, or at a "
+                             "router with --relay-store")
+                return
+            topic_filter = reply_filter(self.node.config.id, ident.container)
+        else:
+            topic_filter = validate_filter(source.address or "")
         declared, gen = subscriber_resume(link.remote_properties)
         presettled = link.remote_snd_settle_mode == Link.SND_SETTLED
         link.source.address = topic_filter
@@ -248,6 +261,7 @@ class AmqpConnection:
         link.snd_settle_mode = Link.SND_SETTLED if presettled else Link.SND_UNSETTLED
         warm_timeout = self._warm_timeout(source, link)
         ls = self._register(link, False, ident)
+        ls.replies = replies
         store = self.node.relay_store
         if warm_timeout is not None and store is not None:  # kept across a restart
             store.keep_link(ident.key, ident.container, ident.name, topic_filter, presettled,
@@ -277,6 +291,7 @@ class AmqpConnection:
     def _register(self, link: Link, is_publisher: bool, ident: LinkIdentity) -> LinkState:
         link_id = self.node.new_link_id()
         ls = LinkState(link, link_id, is_publisher, ident.label(self.node.config.id))
+        ls.client = ident.container
         self.links[ls.ptr] = ls
         self.node.register_link(link_id, self, ls)
         return ls
@@ -369,6 +384,16 @@ class AmqpConnection:
                 settled))
             return
         payload = annotate(payload, info, ls.annotation)
+        if self.node.relay_store is not None:  # a request's reply-to: a surrogate
+            try:
+                payload = substitute(self.node, ls.client, payload)
+            except MalformedMessage as err:
+                log.warning("connection %s: rejected a message from %s: %s", self.peer,
+                            ls.label, err)
+                self.engine.handle(ev.MessageRefused(
+                    self._now, ls.id, tag, DECODE_ERROR,
+                    f"message is not well-formed AMQP: {err}", settled))
+                return
         self.engine.handle(ev.MessageArrived(self._now, ls.id, tag, payload, settled,
                                              info.delivery_mode, info.ttl_ms))
 
@@ -421,6 +446,8 @@ class AmqpConnection:
         kind = type(action)
         if kind is Send:
             payload = action.payload
+            if ls.replies:  # the reply name the request carried, not the surrogate
+                payload = restore_name(self.node, payload)
             if action.attempt:
                 payload = with_redelivery(payload, action.attempt)
             d = pn.send(ls.ptr, action.tag, payload, action.settled)

@@ -272,6 +272,11 @@ class PublisherCore:
         return seq
 
     @property
+    def waiting(self) -> int:
+        """Messages on relays' disks for absent listeners (`received`), without an outcome."""
+        return len(self._waiting)
+
+    @property
     def holding(self) -> int:
         """Committed messages without an outcome (what the next attach declares)."""
         return len(self._held)

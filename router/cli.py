@@ -303,7 +303,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         from .sim.command import main as run_sim
 
         return run_sim(args)
-    if args.command in ("pub", "sub"):
+    if args.command in ("pub", "sub", "request"):
         from .pubsub_cli import run
 
         return run(args)

@@ -95,6 +95,10 @@ class RelayStorePort(Protocol):
     def durable_links(self) -> list[tuple[str, str, str, bool, float]]:
         """(container, link name, filter, presettled, seconds left) each."""
 
+    # Reply-name substitution (amqp_edge/replies.py).
+    def surrogate(self, client: str, original: str, prefix: str) -> str: ...
+    def original(self, surrogate: str) -> tuple[str, str] | None: ...
+
     def restorable(self) -> list[tuple[str, str, str, str]]:
         """Copies held from before a restart: the engine's `Restored` items."""
 

@@ -139,6 +139,20 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     s.add_argument("--connect-timeout", type=_seconds, default=60.0, metavar="S",
                    help="give up (exit 3) when no router was reachable this long (default 60)")
 
+    r = sub.add_parser(
+        "request", help="send a request and print its reply (through a relay)",
+        description="Send one request with the SDK's Requester and print its reply as one "
+        "JSON line. The reply waits at the relay if it comes after --timeout (or after this "
+        "command ended): `--collect` with the same id and state directory prints it later. "
+        "Exit 0: a reply; 4: none yet; 2: bad arguments; 3: no relay reachable.")
+    _common(r, "requester")
+    r.add_argument("--topic", required=True, help="where to send the request")
+    r.add_argument("--body", help="the request's body (default: stdin)")
+    r.add_argument("--timeout", type=_seconds, default=30.0, metavar="S",
+                   help="how long to wait for the reply (default 30)")
+    r.add_argument("--collect", action="store_true",
+                   help="send nothing: print the replies that came for earlier requests")
+
 
 def _error(text: str) -> None:
     print(f"exactmesh: error: {text}", file=sys.stderr, flush=True)
@@ -166,6 +180,8 @@ def run(args: argparse.Namespace) -> int:
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     with _terminate_cleanly():
         try:
+            if args.command == "request":
+                return run_request(args)
             return run_pub(args) if args.command == "pub" else run_sub(args)
         except KeyboardInterrupt:
             return 130
@@ -252,6 +268,46 @@ def _hand_over(pub: Any, timeout: float, collect: float) -> None:
     pub.disconnect(timeout=10)
 
 
+EXIT_NO_REPLY = 4
+
+
+def run_request(args: argparse.Namespace) -> int:
+    from amqp_edge.client import ClientError, RouterUnreachable, parse_urls
+    from amqp_edge.client_store import StoreError
+    from amqp_edge.request import Requester
+
+    try:
+        urls = None if args.relay else parse_urls(args.url)
+        req = Requester(urls, args.topic, id=args.id, state_dir=args.state_dir,
+                        relay=args.relay, connect_timeout=args.timeout)
+    except (ValueError, StoreError) as err:
+        _error(str(err))
+        return EXIT_USAGE
+    try:
+        if args.collect:
+            got = [message_json(m) for m in req.replies(timeout=args.timeout)]
+            for line in got:
+                print(line, flush=True)
+            return EXIT_OK if got else EXIT_NO_REPLY
+        body = args.body if args.body is not None else sys.stdin.read()
+        request_id = req.send_request(body)
+        reply = req.reply_for(request_id, args.timeout)
+        if reply is None:
+            _error(f"no reply to {request_id} within {args.timeout:g} s; it will wait at the "
+                   "relay: run again with --collect and the same --id and --state-dir")
+            return EXIT_NO_REPLY
+        print(message_json(reply), flush=True)
+        return EXIT_OK
+    except RouterUnreachable as err:
+        _error(str(err))
+        return EXIT_UNREACHABLE
+    except ClientError as err:
+        _error(str(err))
+        return EXIT_USAGE
+    finally:
+        req.close()
+
+
 def message_json(msg: Any) -> str:
     """One message as the JSON line `exactmesh sub` prints."""
     out: dict[str, Any] = {
@@ -262,6 +318,8 @@ def message_json(msg: Any) -> str:
         "redelivered": msg.redelivered,
         "publisher": msg.publisher,
     }
+    if msg.correlation_id is not None:  # a reply: the request it answers
+        out["correlation_id"] = str(msg.correlation_id)
     body = msg.body
     if isinstance(body, bytes):
         try:

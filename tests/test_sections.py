@@ -746,3 +746,54 @@ def test_encode_message_leaves_other_types_to_proton(value) -> None:
 
     with pytest.raises(Unsupported):
         encode_message(b"x", to="t", application_properties={"p": value})
+
+
+# ------------------------------------------------------------------ properties (3.2.4)
+
+from router.core.message import (  # noqa: E402
+    PROPERTY_REPLY_TO,
+    PROPERTY_TO,
+    property_string,
+    with_property_string,
+)
+
+
+def address_text(n: int) -> st.SearchStrategy[str]:
+    """Text proton encodes as it is: it writes strings as C strings, cut at a NUL."""
+    return st.text(st.characters(blacklist_characters="\x00", blacklist_categories=["Cs"]),
+                   min_size=1, max_size=n)
+
+
+@settings(max_examples=150, suppress_health_check=[HealthCheck.too_slow])
+@given(reply_to=st.one_of(st.none(), address_text(300)),
+       address=st.one_of(st.none(), address_text(40)),
+       correlation=st.one_of(st.none(), address_text(20), st.integers(0, 2**63 - 1)),
+       ttl=st.one_of(st.none(), st.integers(1, 10**6)), body=st.binary(max_size=50),
+       new=address_text(400))
+def test_reply_to_reads_and_is_replaced_as_proton_sees_it(reply_to, address, correlation, ttl,
+                                                          body, new):
+    """Relays read and replace `reply-to` and `to` in place (amqp_edge/replies.py): every
+    other field of the message decodes as before, with proton as the oracle."""
+    msg = Message(body=body, address=address, reply_to=reply_to, correlation_id=correlation,
+                  id="m-1", subject="s", content_type="text/plain", user_id=b"u")
+    msg.annotations = {symbol("x-opt-a"): 1}
+    if ttl is not None:
+        msg.ttl = ttl / 1000
+    raw = bytes(msg.encode())
+    assert property_string(raw, PROPERTY_REPLY_TO) == reply_to
+    assert property_string(raw, PROPERTY_TO) == address
+    if reply_to is None:
+        return
+    out = Message()
+    out.decode(with_property_string(raw, PROPERTY_REPLY_TO, new))
+    assert out.reply_to == new
+    for name in ("body", "address", "correlation_id", "id", "subject", "content_type",
+                 "user_id", "annotations", "ttl"):
+        assert getattr(out, name) == getattr(msg, name), name
+
+
+def test_a_message_without_properties_has_no_reply_to():
+    raw = bytes(Message(body="x").encode())
+    assert property_string(raw, PROPERTY_REPLY_TO) is None
+    with pytest.raises(ValueError):
+        with_property_string(raw, PROPERTY_REPLY_TO, "r")

@@ -74,9 +74,11 @@ from typing import Any
 
 __all__ = [
     "AMQP_VALUE", "APPLICATION_PROPERTIES", "DATA", "EMPTY", "HEADER", "MESSAGE_ANNOTATIONS",
-    "PROPERTIES", "PUBLISHER_KEY", "MalformedMessage", "MessageInfo", "Unsupported", "annotate",
+    "PROPERTIES", "PROPERTY_REPLY_TO", "PROPERTY_TO", "PUBLISHER_KEY", "MalformedMessage",
+    "MessageInfo", "Unsupported", "annotate",
     "binary", "compound", "encode_message", "encode_value", "list_of", "map_of",
-    "publisher_annotation", "read_value", "scan", "string", "symbol", "with_redelivery",
+    "property_string", "publisher_annotation", "read_value", "scan", "string", "symbol",
+    "with_property_string", "with_redelivery",
 ]
 
 
@@ -826,3 +828,54 @@ def read_value(buf: bytes, pos: int) -> tuple[Any, int]:
             return list(zip(items[0::2], items[1::2], strict=True)), end
         return items, end
     raise Unsupported  # arrays, floats, uuids, chars, decimals: proton
+
+
+# ============================================================================ properties (3.2.4)
+
+# Indexes in the properties list: what the relays' reply-name substitution reads and writes.
+PROPERTY_TO = 2
+PROPERTY_REPLY_TO = 4
+
+
+def _properties(buf: bytes) -> tuple[int, int, int, int] | None:
+    """(where the list starts, its count, its first item, its end) of the properties section
+    (3.2.4, in its usual 0x00 0x53 0x73 form), or None when the message has none."""
+    pos = scan(buf).annotations_end
+    if buf[pos:pos + 3] != PROPERTIES:
+        return None
+    count, first, stop = _compound(buf, pos + 3, len(buf), "properties", 0)
+    return pos + 3, count, first, stop
+
+
+def _field_span(buf: bytes, first: int, stop: int, index: int) -> tuple[int, int]:
+    pos = first
+    for _ in range(index):
+        pos = _skip(buf, pos, stop, 0)
+    return pos, _skip(buf, pos, stop, 0)
+
+
+def property_string(payload: bytes, index: int) -> str | None:
+    """The properties field `index` (PROPERTY_TO, PROPERTY_REPLY_TO) when it is a string (an
+    address), else None: absent, null or of another type. Raises MalformedMessage."""
+    found = _properties(payload)
+    if found is None or index >= found[1]:
+        return None
+    start, end = _field_span(payload, found[2], found[3], index)
+    code = payload[start]
+    if code == 0xA1:
+        return str(payload[start + 2:end], "utf-8", "replace")
+    if code == 0xB1:
+        return str(payload[start + 5:end], "utf-8", "replace")
+    return None
+
+
+def with_property_string(payload: bytes, index: int, text: str) -> bytes:
+    """`payload` with properties field `index` set to the string `text`; every other byte of
+    the message is kept. The field must be there (see `property_string`)."""
+    found = _properties(payload)
+    if found is None or index >= found[1]:
+        raise ValueError(f"no properties field {index} to replace")
+    at, count, first, stop = found
+    start, end = _field_span(payload, first, stop, index)
+    items = payload[first:start] + string(text) + payload[end:stop]
+    return b"".join((payload[:at], compound(0xC0, 0xD0, count, items), payload[stop:]))

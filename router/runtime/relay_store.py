@@ -26,6 +26,9 @@ log = logging.getLogger("exactmesh.relay")
 class RouterRelayStore:
     def __init__(self, directory: str, router_id: str) -> None:
         self.store = RelayStore(directory, router_id)
+        # Reply names (amqp_edge/replies.py), cached: looked up on every request and reply.
+        self._surrogates: dict[tuple[str, str], str] = {}
+        self._originals: dict[str, tuple[str, str]] = {}
 
     # ---------------------------------------------------------------- copies
 
@@ -75,6 +78,24 @@ class RouterRelayStore:
                 continue
             kept.append((link.container, link.name, link.filter, link.presettled, left))
         return kept
+
+    # ---------------------------------------------------------------- reply names
+
+    def surrogate(self, client: str, original: str, prefix: str) -> str:
+        key = (client, original)
+        found = self._surrogates.get(key)
+        if found is None:
+            found = self._surrogates[key] = self.store.surrogate(client, original, prefix)
+            self._originals[found] = key
+        return found
+
+    def original(self, surrogate: str) -> tuple[str, str] | None:
+        found = self._originals.get(surrogate)
+        if found is None:
+            found = self.store.original(surrogate)
+            if found is not None:
+                self._originals[surrogate] = found
+        return found
 
     # ---------------------------------------------------------------- MQTT sessions
 
