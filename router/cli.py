@@ -270,18 +270,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         from . import accel
 
         accel.guard()  # before the compiled modules are imported (router/accel.py)
-    if args.command == "router":
-        try:
-            config = router_config(args)
-        except ConfigError as err:
-            print(f"exactmesh: error: {err}", file=sys.stderr)
-            return EXIT_USAGE
-        return run_router(config)
-    if args.command == "relay":
+    if args.command in ("router", "relay"):
         from .relay_cli import relay_config
 
         try:
-            config = relay_config(args)
+            config = (router_config if args.command == "router" else relay_config)(args)
         except ConfigError as err:
             print(f"exactmesh: error: {err}", file=sys.stderr)
             return EXIT_USAGE

@@ -180,11 +180,25 @@ def run(args: argparse.Namespace) -> int:
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     with _terminate_cleanly():
         try:
-            if args.command == "request":
-                return run_request(args)
-            return run_pub(args) if args.command == "pub" else run_sub(args)
+            runner = {"pub": run_pub, "sub": run_sub, "request": run_request}[args.command]
+            return _exit_status(runner, args)
         except KeyboardInterrupt:
             return 130
+
+
+def _exit_status(runner: Any, args: argparse.Namespace) -> int:
+    """Run one command; a client error ends it with one line and its exit status (the
+    command's `finally` closed the client first)."""
+    from amqp_edge.client import ClientError, RouterUnreachable
+
+    try:
+        return runner(args)
+    except (RouterUnreachable, TimeoutError) as err:
+        _error(str(err))
+        return EXIT_UNREACHABLE
+    except ClientError as err:
+        _error(str(err))
+        return EXIT_USAGE
 
 
 def _open(kind: str, args: argparse.Namespace) -> Any:
@@ -218,7 +232,6 @@ def _lines() -> Iterator[bytes | str]:
 
 
 def run_pub(args: argparse.Namespace) -> int:
-    from amqp_edge.client import ClientError, RouterUnreachable
 
     pub = _open("pub", args)
     if pub is None:
@@ -236,12 +249,6 @@ def run_pub(args: argparse.Namespace) -> int:
             _hand_over(pub, args.timeout, args.collect)
         else:
             pub.flush()
-    except RouterUnreachable as err:
-        _error(str(err))
-        return EXIT_UNREACHABLE
-    except ClientError as err:
-        _error(str(err))
-        return EXIT_USAGE
     finally:
         stats = pub.stats()
         failures = pub.failures()
@@ -272,7 +279,7 @@ EXIT_NO_REPLY = 4
 
 
 def run_request(args: argparse.Namespace) -> int:
-    from amqp_edge.client import ClientError, RouterUnreachable, parse_urls
+    from amqp_edge.client import parse_urls
     from amqp_edge.client_store import StoreError
     from amqp_edge.request import Requester
 
@@ -298,12 +305,6 @@ def run_request(args: argparse.Namespace) -> int:
             return EXIT_NO_REPLY
         print(message_json(reply), flush=True)
         return EXIT_OK
-    except RouterUnreachable as err:
-        _error(str(err))
-        return EXIT_UNREACHABLE
-    except ClientError as err:
-        _error(str(err))
-        return EXIT_USAGE
     finally:
         req.close()
 
@@ -333,7 +334,6 @@ def message_json(msg: Any) -> str:
 
 
 def run_sub(args: argparse.Namespace) -> int:
-    from amqp_edge.client import ClientError, RouterUnreachable
 
     sub = _open("sub", args)
     if sub is None:
@@ -356,11 +356,5 @@ def run_sub(args: argparse.Namespace) -> int:
                 return EXIT_OK
             sub.accept(msg)
         return EXIT_OK
-    except (RouterUnreachable, TimeoutError) as err:
-        _error(str(err))
-        return EXIT_UNREACHABLE
-    except ClientError as err:
-        _error(str(err))
-        return EXIT_USAGE
     finally:
         sub.close()

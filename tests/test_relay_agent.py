@@ -19,7 +19,7 @@ from amqp_edge.client import Publisher, Subscriber
 from .harness import EXACTMESH, free_port, wait_for
 from .mesh_harness import SECRET, MeshRouter, start_mesh
 from .test_failover_process import Consumer, check_exactly_once_in_order
-from .test_relay_amqp import stats
+from .test_relay_amqp import listener_returns, stats
 
 WINDOW = 16  # the routers' publisher window: a stored copy gives its place back
 
@@ -40,7 +40,7 @@ class RelayProcess(MeshRouter):
                 *self.extra]
 
 
-@pytest.mark.parametrize("victim", [None, "uplink", "relay"])
+@pytest.mark.parametrize("victim", [None, "uplink", "relay", "origin"])
 def test_a_listener_behind_a_relay_gets_what_was_published_while_it_was_away(
         tmp_path: Path, victim: str | None) -> None:
     n = 90  # past the routers' window, within the SDK publisher's
@@ -56,7 +56,7 @@ def test_a_listener_behind_a_relay_gets_what_was_published_while_it_was_away(
             laptop.wait_attached(10)
             laptop.close()  # away: the relay keeps its subscription for its registration
             mesh["B"].wait_logged("router B: knows subscriber laptop/sub/laptop@R", 15)
-            pub = Publisher(f"amqp://{mesh['B'].url}", "lap/t", id="shop",
+            pub = Publisher([f"amqp://{mesh[r].url}" for r in "BA"], "lap/t", id="shop",
                             state_dir=str(tmp_path / "pub"), window=100)
             for i in range(n):
                 pub.send(f"m {i}")
@@ -65,21 +65,15 @@ def test_a_listener_behind_a_relay_gets_what_was_published_while_it_was_away(
             if victim == "uplink":
                 mesh["A"].kill()
                 relay.wait_logged("link to B up", 20)
+            elif victim == "origin":  # the publisher resends at A; R has the copies already
+                mesh["B"].kill()
+                wait_for(lambda: pub.stats()["reconnects"] >= 1, 20, "the publisher at A")
             elif victim == "relay":
                 relay.kill()
                 relay.restart()
                 assert relay.logged("1 durable AMQP subscriber(s) restored"), relay.tail()
                 assert relay.logged(f"{n} stored message copies restored"), relay.tail()
-            back = Subscriber(url, "lap/#", id="laptop", state_dir=sub_dir, durable=True)
-            consumer = Consumer(back)
-            wait_for(lambda: len(consumer.ids) >= n, 30, "the messages stored for the laptop")
-            pub.flush(timeout=30)
-            assert pub.failures() == []
-            assert pub.stats()["accepted_total"] == n
-            check_exactly_once_in_order(consumer.ids, "shop", n)
-            consumer.close()
-            back.close()
-            pub.close()
+            listener_returns(url, sub_dir, pub, n, "shop")
         finally:
             relay.stop()
 
@@ -240,5 +234,53 @@ def test_a_cron_job_publisher_collects_on_its_next_run_the_outcomes_of_the_last(
             check_exactly_once_in_order(consumer.ids, "nightly", 30)
             consumer.close()
             sub.close()
+        finally:
+            relay.stop()
+
+
+def test_a_listener_process_killed_mid_stream_behind_a_relay(tmp_path: Path) -> None:
+    """`exactmesh sub --relay` SIGKILLed while it takes what the relay stored for it, then
+    run again: every message is shown, in order; only the one it was showing when it died
+    may come twice (it prints a message before it accepts it)."""
+    import json
+    import os
+    import signal
+    import subprocess
+
+    n = 400
+    with start_mesh("line", 2) as mesh:
+        mesh.wait_links_up()
+        relay = RelayProcess("R", [mesh["B"].mesh_port], tmp_path / "relay")
+        try:
+            relay.wait_logged("link to B up", 15)
+            argv = [EXACTMESH, "sub", "--relay", f"amqp://{relay.url}", "--topic", "lap/#",
+                    "--id", "laptop", "--state-dir", str(tmp_path / "sub"), "--count", str(n)]
+            first = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                     text=True)
+            pub = Publisher(f"amqp://{mesh['A'].url}", "lap/t", id="shop",
+                            state_dir=str(tmp_path / "pub"), window=100)
+            try:
+                mesh["A"].wait_logged("knows subscriber laptop/sub/laptop@R", 15)
+                for i in range(n):
+                    pub.send(f"m {i}")
+                assert first.stdout is not None
+                shown = [first.stdout.readline() for _ in range(n // 3)]
+                os.kill(first.pid, signal.SIGKILL)  # mid-stream, between any two steps
+                first.wait(10)
+                shown += first.stdout.read().splitlines()  # what it printed meanwhile
+                rest = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+                assert rest.returncode == 0, rest.stderr
+                pub.flush(timeout=30)
+                assert pub.stats()["accepted_total"] == n
+            finally:
+                pub.close()
+
+            def ids(lines: list[str]) -> list[str]:
+                return [json.loads(line)["message_id"] for line in lines if line.strip()]
+
+            before, after = ids(shown), ids(rest.stdout.splitlines())
+            if before and after and after[0] == before[-1]:
+                del after[0]  # shown, not yet accepted, when it died: shown again
+            check_exactly_once_in_order(before + after, "shop", n)
         finally:
             relay.stop()

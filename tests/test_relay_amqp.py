@@ -28,6 +28,24 @@ def stats(http: int) -> dict[str, Any]:
     return body["stats"]
 
 
+def listener_returns(url: str, sub_dir: str, pub: Publisher, n: int, name: str,
+                     **options: Any) -> None:
+    """The durable listener `laptop` comes back at `url`: it gets the `n` messages of
+    publisher `name` once each, in order, and only then the publisher has every outcome."""
+    back = Subscriber(url, "lap/#", id="laptop", state_dir=sub_dir, durable=True, **options)
+    consumer = Consumer(back)
+    try:
+        wait_for(lambda: len(consumer.ids) >= n, 30, "the messages stored for the listener")
+        pub.flush(timeout=30)
+        assert pub.failures() == []
+        assert pub.stats()["accepted_total"] == n
+        check_exactly_once_in_order(consumer.ids, name, n)
+    finally:
+        consumer.close()
+        back.close()
+        pub.close()
+
+
 def test_what_a_router_stored_for_a_durable_subscriber_survives_its_sigkill(
         tmp_path: Path) -> None:
     http = free_port()
@@ -53,17 +71,7 @@ def test_what_a_router_stored_for_a_durable_subscriber_survives_its_sigkill(
         try:
             assert again.logged("1 durable AMQP subscriber(s) restored"), "".join(again.log)
             assert again.logged(f"{n} stored message copies restored"), "".join(again.log)
-            back = Subscriber(url, "lap/#", id="laptop", state_dir=sub_dir, durable=True,
-                              timeout=3600)
-            consumer = Consumer(back)
-            wait_for(lambda: len(consumer.ids) >= n, 30, "the stored messages")
-            pub.flush(timeout=30)
-            assert pub.failures() == []
-            assert pub.stats()["accepted_total"] == n
-            check_exactly_once_in_order(consumer.ids, "shop", n)
-            consumer.close()
-            back.close()
-            pub.close()
+            listener_returns(url, sub_dir, pub, n, "shop", timeout=3600)
         finally:
             again.stop()
     finally:
