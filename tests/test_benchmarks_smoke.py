@@ -284,3 +284,14 @@ def test_relay_absent() -> None:
     out = run_benchmark("relay_absent", "--quick")
     assert "the listener got all 600 once each, in each publisher's order" in out, out
     assert "absent:" in out and "hand-over when back:" in out, out
+
+
+def test_relay_clients() -> None:
+    """One relay and many MQTT devices (benchmarks/relay_clients.py): every row finishes
+    and every device gets its messages once each, in order."""
+    out = run_benchmark("relay_clients", "--quick")
+    rows = {r["scenario"]: r for r in table(out, "scenario")}
+    assert set(rows) == {"present, direct", "present, relay", "away, relay"}, out
+    assert all(num(r["msgs/s"]) > 0 for r in rows.values()), out
+    assert num(rows["away, relay"]["hand-over msg/s"]) > 0, out
+    assert "every device got its messages once each, in order" in out
