@@ -24,8 +24,8 @@ from router.core.message import (
 )
 from router.core.records import LinkIdentity
 
+from .names import REPLIES_LINK, REPLIES_SOURCE
 from .persistence import subscribe_away
-from .resume import REPLIES_LINK, REPLIES_SOURCE
 
 if TYPE_CHECKING:
     from router.ports import RuntimePort

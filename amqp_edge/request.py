@@ -27,7 +27,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from .client import MemoryPublisherStore, Publisher, ReceivedMessage, Subscriber
-from .resume import REPLIES_LINK, REPLIES_SOURCE
+from .names import REPLIES_LINK, REPLIES_SOURCE
 
 __all__ = ["Requester", "reply"]
 

@@ -17,9 +17,6 @@ from typing import Any
 from proton import symbol
 
 RESUME_PROPERTY = symbol("exactmesh:resume")
-# A client's reply link at its relay: this source address, this link name (amqp_edge/replies.py).
-REPLIES_SOURCE = "$replies"
-REPLIES_LINK = "replies"
 MAX_DECLARED = 65536  # more than any window: a bigger declaration is a mistake
 STATES = ("accepted", "received")
 

@@ -1,0 +1,7 @@
+"""Names the SDK and the router's AMQP edge share: protocol names, nothing else (it imports
+nothing, so clients may use it; the "clients" contract in pyproject.toml)."""
+
+# A client's reply link at its relay (amqp_edge/replies.py, amqp_edge/request.py): a receiver
+# with this source address and this link name.
+REPLIES_SOURCE = "$replies"
+REPLIES_LINK = "replies"
