@@ -383,10 +383,9 @@ class AmqpConnection:
                 self._now, ls.id, tag, DECODE_ERROR, f"message is not well-formed AMQP: {err}",
                 settled))
             return
-        payload = annotate(payload, info, ls.annotation)
         if self.node.relay_store is not None:  # a request's reply-to: a surrogate
-            try:
-                payload = substitute(self.node, ls.client, payload)
+            try:  # (only bytes after the annotations change: `info` still holds)
+                payload = substitute(self.node, ls.client, payload, info.annotations_end)
             except MalformedMessage as err:
                 log.warning("connection %s: rejected a message from %s: %s", self.peer,
                             ls.label, err)
@@ -394,6 +393,7 @@ class AmqpConnection:
                     self._now, ls.id, tag, DECODE_ERROR,
                     f"message is not well-formed AMQP: {err}", settled))
                 return
+        payload = annotate(payload, info, ls.annotation)
         self.engine.handle(ev.MessageArrived(self._now, ls.id, tag, payload, settled,
                                              info.delivery_mode, info.ttl_ms))
 

@@ -45,11 +45,12 @@ def reply_filter(router_id: str, container: str) -> str:
     return client_prefix(router_id, container) + "/#"
 
 
-def substitute(node: RuntimePort, container: str, payload: bytes) -> bytes:
+def substitute(node: RuntimePort, container: str, payload: bytes, at: int) -> bytes:
     """A message from a client of this relay: a request's `reply-to` replaced by its
     surrogate, the client's reply subscription made if there is none. Others as they are.
-    Raises MalformedMessage for a malformed properties section."""
-    original = property_string(payload, PROPERTY_REPLY_TO)
+    `at`: where its properties section would start (`MessageInfo.annotations_end`: the edge
+    scanned it already). Raises MalformedMessage for a malformed properties section."""
+    original = property_string(payload, PROPERTY_REPLY_TO, at)
     store = node.relay_store
     if original is None or store is None or original.startswith(SURROGATE_ROOT):
         return payload
@@ -59,7 +60,7 @@ def substitute(node: RuntimePort, container: str, payload: bytes) -> bytes:
     if not node.engine.knows_subscriber(ident.key):
         subscribe_away(node, ident, reply_filter(router_id, container), False,
                        node.config.reconnect_timeout, keep=True)
-    return with_property_string(payload, PROPERTY_REPLY_TO, surrogate)
+    return with_property_string(payload, PROPERTY_REPLY_TO, surrogate, at)
 
 
 def restore_name(node: RuntimePort, payload: bytes) -> bytes:

@@ -259,8 +259,9 @@ class PublisherCore:
     def can_publish(self) -> bool:
         """False while `window` messages are without an outcome (a caller waits), those
         waiting on relays' disks aside while there are at most `waiting_limit` of them."""
-        waiting = len(self._waiting)
-        return self.outstanding - waiting < self.window and waiting < self.waiting_limit
+        outstanding = self.outstanding
+        return (outstanding - len(self._waiting) < self.window
+                and outstanding < self.window + self.waiting_limit)
 
     def publish(self, payload: bytes) -> int:
         """Take one message, encoded for sequence number `next_seq` (read it first: the

@@ -193,6 +193,45 @@ def test_a_preloaded_memory_store_is_declared_in_sequence_order() -> None:
     assert [t.seq for t in core.transmit(10)] == [3, 5]  # window 2
 
 
+def test_received_takes_a_message_out_of_the_window_until_its_outcome() -> None:
+    """`received` (every copy owed is on a relay's disk, docs/relay.md): not an outcome, but
+    the message leaves the window; its outcome still settles it."""
+    core = PublisherCore(window=2)
+    core.attached()
+    core.publish(b"a")
+    core.publish(b"b")
+    commit(core)
+    assert sent(core, 10) == [(b"1", False), (b"2", False)] and not core.can_publish()
+    reaction = core.on_disposition(b"1", "received")
+    assert reaction == Reaction(settle=False, wake=True) and core.waiting == 1
+    assert core.can_publish() and core.outstanding == 2
+    assert core.on_disposition(b"1", "received") == Reaction(settle=False)  # told again
+    core.publish(b"c")
+    commit(core)
+    assert sent(core, 10) == [(b"3", False)]  # room on the wire too
+    assert core.on_disposition(b"1", "accepted").settle
+    assert commit(core) == [Outcome(1, "accepted")] and core.waiting == 0
+    assert core.decided(b"1") and not core.decided(b"2")
+    core.link_lost()  # resent on the next link, where the router says it again
+    assert core.waiting == 0 and not core.can_publish()
+
+
+def test_a_window_as_large_as_a_declaration_leaves_nothing_to_wait_beyond_it() -> None:
+    """With DECLARE_MAX in the window already, `received` frees no place: the window is the
+    only bound, as without relays (and publishing is not stopped altogether)."""
+    from amqp_edge.sdk_core import DECLARE_MAX
+
+    core = PublisherCore(window=DECLARE_MAX)
+    core.attached()
+    assert core.waiting_limit == 0 and core.can_publish()
+    for i in range(DECLARE_MAX):
+        core.publish(b"%d" % i)
+    commit(core)
+    sent(core, DECLARE_MAX)
+    core.on_disposition(b"1", "received")
+    assert not core.can_publish()
+
+
 def test_window_must_be_positive() -> None:
     with pytest.raises(ValueError, match="window"):
         PublisherCore(window=0)

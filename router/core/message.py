@@ -837,10 +837,11 @@ PROPERTY_TO = 2
 PROPERTY_REPLY_TO = 4
 
 
-def _properties(buf: bytes) -> tuple[int, int, int, int] | None:
+def _properties(buf: bytes, at: int) -> tuple[int, int, int, int] | None:
     """(where the list starts, its count, its first item, its end) of the properties section
-    (3.2.4, in its usual 0x00 0x53 0x73 form), or None when the message has none."""
-    pos = scan(buf).annotations_end
+    (3.2.4, in its usual 0x00 0x53 0x73 form), or None when the message has none. `at`: where
+    it would start (`MessageInfo.annotations_end`), or -1 to scan for it."""
+    pos = scan(buf).annotations_end if at < 0 else at
     if buf[pos:pos + 3] != PROPERTIES:
         return None
     count, first, stop = _compound(buf, pos + 3, len(buf), "properties", 0)
@@ -854,10 +855,11 @@ def _field_span(buf: bytes, first: int, stop: int, index: int) -> tuple[int, int
     return pos, _skip(buf, pos, stop, 0)
 
 
-def property_string(payload: bytes, index: int) -> str | None:
+def property_string(payload: bytes, index: int, at: int = -1) -> str | None:
     """The properties field `index` (PROPERTY_TO, PROPERTY_REPLY_TO) when it is a string (an
-    address), else None: absent, null or of another type. Raises MalformedMessage."""
-    found = _properties(payload)
+    address), else None: absent, null or of another type. `at` as for `_properties`. Raises
+    MalformedMessage."""
+    found = _properties(payload, at)
     if found is None or index >= found[1]:
         return None
     start, end = _field_span(payload, found[2], found[3], index)
@@ -869,10 +871,10 @@ def property_string(payload: bytes, index: int) -> str | None:
     return None
 
 
-def with_property_string(payload: bytes, index: int, text: str) -> bytes:
+def with_property_string(payload: bytes, index: int, text: str, at: int = -1) -> bytes:
     """`payload` with properties field `index` set to the string `text`; every other byte of
     the message is kept. The field must be there (see `property_string`)."""
-    found = _properties(payload)
+    found = _properties(payload, at)
     if found is None or index >= found[1]:
         raise ValueError(f"no properties field {index} to replace")
     at, count, first, stop = found
