@@ -7,6 +7,7 @@
     exactmesh status delivery ID --http HOST:PORT      (also: status deliveries, status health)
     exactmesh pub --url URL --topic T --id NAME --state-dir DIR [--count N]   (router/pubsub_cli.py)
     exactmesh sub --url URL --topic FILTER --id NAME --state-dir DIR [--count N]
+    exactmesh request --relay URL --topic T --id NAME --state-dir DIR [--body B | --collect]
     exactmesh accel build|status     (the optional compiled build: router/accel.py)
     exactmesh sim --seeds A-B [--faults all|none] [--routers N]
         [--workload failover|random|mqtt|relay]
