@@ -23,3 +23,30 @@ def write_json(path: str, report: dict[str, Any]) -> None:
     with open(tmp, "w") as f:
         json.dump(report, f)
     os.replace(tmp, path)
+
+
+def figure(value: Any, fmt: str = "{:,.0f}") -> str:
+    """A table cell: '-' for what was not measured."""
+    return "-" if value is None else fmt.format(value)
+
+
+def print_table(cols: list[tuple[str, int]], rows: list[list[str]]) -> None:
+    """A plain-text table: header, a line of dashes per column, then the rows; the first
+    column left-aligned, the figures right-aligned (what tests/test_benchmarks_smoke.py
+    reads back)."""
+    def line(cells: list[str]) -> str:
+        return " ".join(c.ljust(w) if i == 0 else c.rjust(w)
+                        for i, (c, (_, w)) in enumerate(zip(cells, cols, strict=True)))
+
+    print(line([name for name, _ in cols]))
+    print(" ".join("-" * w for _, w in cols))
+    for cells in rows:
+        print(line(cells))
+
+
+def kill_left(procs: Any) -> None:
+    """Kill (by PID) the client processes still running, and reap them."""
+    for p in procs:
+        if p.poll() is None:
+            p.kill()
+            p.wait(3)

@@ -30,6 +30,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from benchmarks.common import kill_left
 from benchmarks.mqtt import (
     READY_TIMEOUT_S,
     REPO,
@@ -113,10 +114,7 @@ def _publish(ports: list[int], tag: str, args: argparse.Namespace) -> float:
             rate += args.count / result["elapsed_s"]
         return rate
     finally:
-        for p in pubs:
-            if p.poll() is None:
-                p.kill()
-                p.wait(3)
+        kill_left(pubs)
 
 
 def _in_order(got: list[tuple[str, int]], publishers: int, count: int) -> str:

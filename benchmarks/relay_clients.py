@@ -34,6 +34,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from benchmarks.common import figure, print_table
 from benchmarks.mqtt import READY_TIMEOUT_S, free_port, proc_cpu_s, stop, wait_port
 from benchmarks.relay_absent import _spawn
 from benchmarks.relay_router import _rss_kib
@@ -317,16 +318,10 @@ def main(argv: list[str] | None = None) -> int:
           f"window {args.window}")
     cols = [("scenario", 16), ("msgs/s", 8), ("A us/msg", 9), ("R us/msg", 9),
             ("A B/waiting", 11), ("R B/waiting", 11), ("hand-over msg/s", 15)]
-    print(" ".join(n.ljust(w) if i == 0 else n.rjust(w) for i, (n, w) in enumerate(cols)))
-    print(" ".join("-" * w for _, w in cols))
-    for r in rows:
-        def f(v: Any) -> str:
-            return "-" if v is None else f"{v:,.0f}"
-
-        cells = [r["name"], f(r["rate"]), f(r["cpu_a"]), f(r["cpu_r"]), f(r.get("bytes_a")),
-                 f(r.get("bytes_r")), f(r.get("drain"))]
-        print(" ".join(c.ljust(w) if i == 0 else c.rjust(w)
-                       for i, (c, (_, w)) in enumerate(zip(cells, cols, strict=True))))
+    f = figure
+    print_table(cols, [[r["name"], f(r["rate"]), f(r["cpu_a"]), f(r["cpu_r"]),
+                        f(r.get("bytes_a")), f(r.get("bytes_r")), f(r.get("drain"))]
+                       for r in rows])
     print("\nevery device got its messages once each, in order")
     return 0
 

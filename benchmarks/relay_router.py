@@ -27,6 +27,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from benchmarks.common import figure, kill_left, print_table
 from benchmarks.mqtt import (
     READY_TIMEOUT_S,
     TOPIC,
@@ -134,10 +135,7 @@ def run_row(name: str, args: argparse.Namespace, store: bool, absent: bool) -> d
                 row["handed"] = got.get("distinct", 0)
             return row
         finally:
-            for c in clients:
-                if c.poll() is None:
-                    c.kill()
-                    c.wait(3)
+            kill_left(clients)
             server.stop()
 
 
@@ -157,19 +155,11 @@ def main(argv: list[str] | None = None) -> int:
           f"window {args.window}")
     cols = [("scenario", 18), ("msgs/s", 8), ("p50 ms", 7), ("p99 ms", 7), ("cpu us/msg", 10),
             ("handed", 7), ("B/waiting", 9), ("drain msg/s", 11)]
-    print(" ".join(n.ljust(w) if i == 0 else n.rjust(w) for i, (n, w) in enumerate(cols)))
-    print(" ".join("-" * w for _, w in cols))
-    ok = True
-    for r in rows:
-        def f(v: Any, fmt: str = "{:,.0f}") -> str:
-            return "-" if v is None else fmt.format(v)
-
-        cells = [r["name"], f(r["rate"]), f(r["p50"], "{:.2f}"), f(r["p99"], "{:.2f}"),
-                 f(r["cpu_us"]), f(r["handed"]), f(r.get("bytes_waiting")),
-                 f(r.get("drain"))]
-        print(" ".join(c.ljust(w) if i == 0 else c.rjust(w)
-                       for i, (c, (_, w)) in enumerate(zip(cells, cols, strict=True))))
-        ok = ok and r["acked"] == args.count and r["handed"] == r["acked"]
+    f = figure
+    print_table(cols, [[r["name"], f(r["rate"]), f(r["p50"], "{:.2f}"), f(r["p99"], "{:.2f}"),
+                        f(r["cpu_us"]), f(r["handed"]), f(r.get("bytes_waiting")),
+                        f(r.get("drain"))] for r in rows])
+    ok = all(r["acked"] == args.count and r["handed"] == r["acked"] for r in rows)
     if not ok:
         print("FAILED: a row did not finish, or its subscriber did not get every message")
     return 0 if ok else 1
