@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 from typing import Any
 
 
@@ -15,6 +16,24 @@ def load_line() -> str:
     except OSError:
         return "load average unknown"
     return f"load average {one:.2f} (1 min), {five:.2f} (5 min)"
+
+
+_handed_out: set[int] = set()
+
+
+def free_port() -> int:
+    """A loopback port nothing listens on now, and never one this process handed out before:
+    the kernel may give the same free port to two bind(0) calls in a row, and a benchmark that
+    asks for a router's AMQP and mesh ports one after the other would then start it on one
+    port twice ("Address already in use")."""
+    for _ in range(100):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = int(s.getsockname()[1])
+        if port not in _handed_out:
+            _handed_out.add(port)
+            return port
+    raise RuntimeError("no fresh loopback port in 100 tries")
 
 
 def write_json(path: str, report: dict[str, Any]) -> None:

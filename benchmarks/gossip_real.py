@@ -14,7 +14,6 @@ import argparse
 import os
 import re
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -25,13 +24,11 @@ from pathlib import Path
 
 from proton.utils import BlockingConnection
 
+from benchmarks.common import free_port
+
 KNOWS = re.compile(r"^(\S+ \S+) DEBUG exactmesh\.mesh: router (\S+): knows subscriber (\S+)@")
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class Router:

@@ -43,6 +43,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from benchmarks.common import free_port
+
 REPO = Path(__file__).resolve().parent.parent
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 MOSQUITTO = "/usr/sbin/mosquitto"
@@ -205,10 +207,6 @@ def run_publisher(args: argparse.Namespace) -> None:
 # ============================================================================ the servers
 
 
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def proc_cpu_s(pid: int) -> float:

@@ -30,7 +30,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import kill_left
+from benchmarks.common import free_port, kill_left
 from benchmarks.mqtt import (
     READY_TIMEOUT_S,
     REPO,
@@ -38,7 +38,6 @@ from benchmarks.mqtt import (
     _env,
     _read_line,
     _spawn_client,
-    free_port,
     stop,
     wait_port,
 )

@@ -34,8 +34,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import figure, print_table
-from benchmarks.mqtt import READY_TIMEOUT_S, free_port, proc_cpu_s, stop, wait_port
+from benchmarks.common import figure, free_port, print_table
+from benchmarks.mqtt import READY_TIMEOUT_S, proc_cpu_s, stop, wait_port
 from benchmarks.relay_absent import _spawn
 from benchmarks.relay_router import _rss_kib
 from mqtt_edge.codec import encode

@@ -22,7 +22,6 @@ import json
 import os
 import shlex
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -31,6 +30,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
+
+from benchmarks.common import free_port
 
 REPO = Path(__file__).resolve().parent.parent
 CLK_TCK = os.sysconf("SC_CLK_TCK")
@@ -133,11 +134,6 @@ class ScenarioResult:
 # ---------------------------------------------------------------- processes
 
 
-def free_port() -> int:
-    # Racy in principle (someone could take it before the router binds), fine on a test box.
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def child_env() -> dict[str, str]:

@@ -44,7 +44,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks import run as bench
-from benchmarks.common import load_line, write_json
+from benchmarks.common import free_port, load_line, write_json
 
 TOPIC = "bench/t0"
 FILTER = "bench/#"
@@ -480,7 +480,7 @@ def run_clients(cfg: Config, kind: str, run: int, profile_dir: Path | None = Non
     workdir = cfg.workdir / f"{kind}-{run}"
     workdir.mkdir(parents=True, exist_ok=True)
     bcfg = bench_config(cfg, workdir)
-    port = bench.free_port()
+    port = free_port()
     router = bench.start_router(bcfg, port)
     clients: list[bench.Child] = []
     spies: list[subprocess.Popen[bytes]] = []

@@ -41,7 +41,7 @@ from typing import Any
 from proton.handlers import MessagingHandler
 from proton.reactor import Container
 
-from benchmarks.common import load_line
+from benchmarks.common import free_port, load_line
 
 TOPIC = "bench/spark"
 
@@ -81,12 +81,6 @@ def start_router(port: int) -> subprocess.Popen:
     return proc
 
 
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def main(argv: list[str] | None = None) -> int:
