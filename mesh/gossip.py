@@ -32,8 +32,9 @@ class RemoteSub:
     """A subscriber attached at `router`; `key` is `container/link`. `gen` is its attach
     generation (the newest attach of a key wins when two routers claim it, say after a move
     that gossip has not finished telling); `timeout` how long a warm subscriber stays
-    subscribed while away (0: not warm); `qos` an MQTT subscription's granted QoS, which a
-    router taking the device's session over needs (0 for AMQP subscribers); `since` the
+    subscribed while away (0: not warm); `qos` an MQTT subscription's options (granted QoS in
+    bits 0-1, No Local in bit 2: router/core/events.py `NO_LOCAL`), which a router taking
+    the device's session over needs (0 for AMQP subscribers); `since` the
     generation its subscription started afresh at (0: not known, from an older router)."""
 
     router: str
@@ -89,7 +90,7 @@ def _check_subs(frame: dict[str, Any]) -> None:
                 and isinstance(fields[3], int) and not isinstance(fields[3], bool)
                 and isinstance(fields[4], int | float) and not isinstance(fields[4], bool)
                 and fields[3] >= 0 and fields[4] >= 0
-                and (len(fields) == 5 or (type(fields[5]) is int and 0 <= fields[5] <= 2))
+                and (len(fields) == 5 or (type(fields[5]) is int and 0 <= fields[5] <= 7))
                 and (len(fields) < 7 or (type(fields[6]) is int and fields[6] >= 0))):
             raise ValueError(f"SUBS from {origin!r}: bad entry {key!r}: {fields!r}")
     if not all(isinstance(key, str) for key in remove):

@@ -44,6 +44,7 @@ from .actions import (
     Verdict,
 )
 from .events import (
+    NO_LOCAL,
     CopyOutcome,
     Event,
     Held,
@@ -174,6 +175,7 @@ class Engine(FailoverMixin):
         # Relay store: records released on stored copies, and those waiting for room.
         self._stored_waiting = 0
         self._release_blocked: deque[Record] = deque()
+        self._no_local = False  # a subscriber asked for No Local: `_message` checks for it
         self._init_failover()
 
     # ------------------------------------------------------------------ the entry point
@@ -379,6 +381,9 @@ class Engine(FailoverMixin):
             self._by_sid[sub.sid] = sub
             self._by_key[sub.key] = sub
             self._index.add(sub.sid, topic_filter)
+        sub.no_local = ev.qos & NO_LOCAL != 0
+        if sub.no_local:
+            self._no_local = True
         self._actions.append(Subscribed(sub.key, topic_filter, gen, warm_timeout or 0.0, ev.qos,
                                         sub.since))
         answer = self._resume(sub, ev.declared or {})
@@ -495,7 +500,7 @@ class Engine(FailoverMixin):
             if self._add_owed(live, owed, undecide=live.answered is None):
                 self._decide(live)
             return
-        elif live is None and msg_id in self._tombstones:
+        elif live is None and msg_id in self._tombstones and self._late_copy(msg_id, origin):
             # A late copy after the record it would have joined was forgotten here: the
             # tombstone answers it for the subscribers that record had, as for a resend, and
             # they do not get the message again (a plain forward from the previous origin
@@ -509,6 +514,7 @@ class Engine(FailoverMixin):
         mode = ev.mode if ev.mode in MODES else ALL
         rec = Record(self._seq, None, b"", msg_id.encode(), ev.payload, mode, ev.presettled,
                      expires, address=ev.address, origin=origin)
+        rec.fresh = not ev.resend
         self.stats.received += 1
         self._track(rec)
         self._mesh_records[(origin, msg_id)] = rec
@@ -721,9 +727,12 @@ class Engine(FailoverMixin):
             out_tag = outgoing_tag(pub.ident.container, pub.ident.name, tag + b"#%d" % seq)
         expires = self._now + ttl_ms / 1000.0 if ttl_ms else None
         rec = Record(seq, pub, tag, out_tag, payload, mode, settled, expires)
+        rec.fresh = not (resend or declared)
         if ev.address is not None:
             rec.address = ev.address
         matched = self._index.match(rec.address)
+        if self._no_local and matched:
+            matched = self._not_own(matched, pub.ident.container)
         if resend:
             remote = self._resend_matches(rec.address)
         else:
@@ -755,6 +764,13 @@ class Engine(FailoverMixin):
         by_sid = self._by_sid
         return (tuple(sid for sid in matched if by_sid[sid].link is not None),
                 tuple(entry for entry in remote if entry[0] != AWAY))
+
+    def _not_own(self, matched: tuple[int, ...], own: str) -> tuple[int, ...]:
+        """Leave out the subscribers that asked not to get what their own container `own`
+        publishes (MQTT 5 No Local, MQTT-3.8.3-3): the message is not owed to them at all."""
+        by_sid = self._by_sid
+        return tuple(sid for sid in matched
+                     if not (by_sid[sid].no_local and by_sid[sid].ident.container == own))
 
     def _next_seq(self) -> int:
         self._seq += 1

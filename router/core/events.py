@@ -65,12 +65,16 @@ class PublisherDetached(Event):
         self.final = final
 
 
+NO_LOCAL = 0x04  # in `SubscriberAttached.qos`: not sent what its own container publishes
+
+
 class SubscriberAttached(Event):
     """A client attached a link to receive what matches `topic_filter`. `warm_timeout`: a
     durable subscriber, kept that long while away; `gen`: the attach generation it declared;
     `declared`: its unsettled deliveries on resume (id -> "accepted" | "received"); `qos`:
-    an MQTT subscription's granted QoS (0-2), gossiped with it so that a router taking the
-    session over knows it (AMQP subscribers leave it 0)."""
+    an MQTT subscription's options (MQTT 5 section 3.8.3.1: the granted QoS 0-2 in bits 0-1,
+    No Local in bit 2, `NO_LOCAL`), gossiped with it so that a router taking the session
+    over knows them (AMQP subscribers leave it 0)."""
 
     __slots__ = ("declared", "gen", "ident", "link", "presettled", "qos", "topic_filter",
                  "warm_timeout")

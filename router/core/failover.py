@@ -100,6 +100,9 @@ class FailoverMixin:
         self._tombstones: OrderedDict[str, Outcome | None] = OrderedDict()
         # Whom a tombstone answers for: the subscribers that accepted, and those that failed.
         self._stone_keys: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {}
+        # The origin of each tombstone whose record was fresh (`Record.fresh`): a plain
+        # forward of the same id from another origin is a new message (`_late_copy`).
+        self._fresh_stones: dict[str, str] = {}
         # Records a resend from another router took from a publisher still attached here
         # (`_release_from_publisher`), by delivery id: the publisher link and its tag. That
         # resend may be stale (sent before the publisher moved here); see `_reclaim`. With
@@ -730,9 +733,11 @@ class FailoverMixin:
     def _owe_new_locals(self: Engine, rec: Record) -> int:
         """Owe an adopted record to the local subscribers that match it now and have no copy
         of it: one may have moved here from a router that died with its copy."""
+        matched = self._index.match(rec.address)
+        if self._no_local and rec.pub_ident is not None:
+            matched = self._not_own(matched, rec.pub_ident.container)
         by_sid = self._by_sid
-        return self._add_locals(rec, [by_sid[sid] for sid in self._index.match(rec.address)],
-                                undecide=True)
+        return self._add_locals(rec, [by_sid[sid] for sid in matched], undecide=True)
 
     def _add_locals(self: Engine, rec: Record, subs: list[Subscriber], undecide: bool) -> int:
         """Add copies to an existing record for those of `subs` that have none yet. All are
@@ -829,6 +834,7 @@ class FailoverMixin:
                             self._tombstones[msg_id] = None
                         else:
                             del self._tombstones[msg_id]
+                            self._fresh_stones.pop(msg_id, None)
                     return [k for k in owed if k not in had]
                 if rec is not None:
                     return self._owed_beside(rec, origin, owed)
@@ -1028,6 +1034,16 @@ class FailoverMixin:
         keys = self._stone_keys.get(msg_id)
         return () if keys is None else keys[0]
 
+    def _late_copy(self: Engine, msg_id: str, origin: str) -> bool:
+        """Whether a plain forward from `origin` of a delivery remembered by a tombstone is a
+        late copy of that delivery (answered from the tombstone), rather than a new message
+        that reuses its id. It is late unless the remembered record was a fresh message from
+        another origin: its publisher said it had never sent that one before, so a plain
+        forward of the same id from elsewhere is a later message (an MQTT client that moved
+        to another router, or restarted with its session, and reuses packet ids)."""
+        fresh_from = self._fresh_stones.get(msg_id)
+        return fresh_from is None or fresh_from == origin
+
     def _remember(self: Engine, rec: Record) -> None:
         """A record is forgotten: keep its outcome, bounded, for resends, and who accepted
         and failed here. A record that came from another router keeps only the mesh-wide
@@ -1057,8 +1073,14 @@ class FailoverMixin:
         stones[rec.id] = outcome
         if keys[0] or keys[1]:
             self._stone_keys[rec.id] = keys
+        if rec.fresh:
+            self._fresh_stones[rec.id] = rec.origin or self.config.router_id
+        else:
+            self._fresh_stones.pop(rec.id, None)
         if len(stones) > self.config.tombstones:
-            self._stone_keys.pop(stones.popitem(last=False)[0], None)
+            oldest = stones.popitem(last=False)[0]
+            self._stone_keys.pop(oldest, None)
+            self._fresh_stones.pop(oldest, None)
 
     # ------------------------------------------------------------------ subscriber resume
 

@@ -78,8 +78,8 @@ class LinkIdentity:
 class Subscriber:
     __slots__ = (
         "credit", "filter", "gen", "holding", "ident", "inflight", "key", "label", "link",
-        "placeholders", "presettled", "queue", "sid", "since", "stored_full", "warm_timeout",
-        "warm_until",
+        "no_local", "placeholders", "presettled", "queue", "sid", "since", "stored_full",
+        "warm_timeout", "warm_until",
     )
 
     def __init__(
@@ -110,6 +110,9 @@ class Subscriber:
         # A subscriber that asked for pre-settled transfers is at-most-once: its copy counts
         # as accepted when sent, since it will never send an outcome.
         self.presettled = presettled
+        # Not sent what a publisher link of its own container publishes (MQTT 5's No Local
+        # option, MQTT-3.8.3-3: the container is the MQTT client id).
+        self.no_local = False
         self.credit = 0
         # Records waiting to be sent, in publish order per publisher; redeliveries go first.
         self.queue: deque[Record] = deque()
@@ -218,6 +221,7 @@ class Record:
         "failed",
         "final",
         "former",
+        "fresh",
         "held",
         "id",
         "mode",
@@ -275,6 +279,11 @@ class Record:
         self.copies: dict[int, Copy] = {}  # by subscriber sid
         self.peers: dict[str, PeerPart] = {}  # by remote subscriber key (origin side only)
         self.told: set[str] = set()  # routers it was forwarded to: they hear the forget
+        # Its publisher sent it as a new message, not as a possible resend (MQTT DUP=0, a tag
+        # it did not declare on resume), and a record of that came here as a plain forward:
+        # its tombstone then answers no other origin's plain forward of the same id, which is
+        # a later message that reuses the id (an MQTT packet id, after a move).
+        self.fresh = False
         # Set while its publisher (or origin router) is gone: when it stops waiting for a
         # resend (router/core/failover.py).
         self.orphan_until: float | None = None
