@@ -54,7 +54,8 @@ def restore_sessions(node: RuntimePort, state: MqttState) -> int:
             link = node.new_link_id()  # registered by nobody: the client is away
             ident = LinkIdentity(client_id, SUBSCRIBER_PREFIX + topic_filter)
             engine.handle(ev.SubscriberAttached(now, link, ident, topic_filter,
-                                                presettled=qos == 0, warm_timeout=remaining,
+                                                presettled=qos & 3 == 0,
+                                                warm_timeout=remaining,
                                                 qos=qos))
             engine.handle(ev.SubscriberDetached(now, link, False))
         restored += 1

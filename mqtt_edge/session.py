@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from router.core import events as ev
 from router.core.actions import Accepted, CloseLink, Credit, Decide, Send, SettleCopy
 from router.core.engine import NO_SUBSCRIBERS, Disposition
+from router.core.events import NO_LOCAL
 from router.core.failover import LINK_STOLEN
 from router.core.records import ALL, LinkIdentity
 
@@ -80,6 +81,14 @@ HELD_QOS0 = 64  # held packets beyond the receive maximum before the reader paus
 QOS0_CREDIT = 1000  # engine credit of a QoS 0 subscription, topped up as output drains
 OUTPUT_HIGH = 256 * 1024  # bytes of unsent output above which QoS 0 credit is not topped up
 REASON_STRING_MAX = 1000
+# A failure's Reason String in a PUBACK / PUBREC is cut to this many characters: strict client
+# parsers expect short acknowledgements, and the full account is in the log and the status
+# query. Any Reason String is left out of a packet it would make larger than the client's
+# Maximum Packet Size (MQTT-3.1.2-24; MQTT-3.4.2-2 and its kin in each packet's section).
+ACK_REASON_MAX = 100
+# Topic Aliases a client may use (CONNACK Topic Alias Maximum, MQTT 5 section 3.3.2.3.4): one
+# small dict per connection.
+TOPIC_ALIAS_MAX = 64
 # An MQTT 5 client that sends this user property with value "on" in its CONNECT gets, on
 # every PUBLISH the router sends it, the user property DELIVERY_ID_PROPERTY = the message's
 # delivery id: the same on every router of the mesh for the same publisher message, so a
@@ -97,17 +106,27 @@ NEVER_EXPIRES = 0xFFFFFFFF
 CONNECT_TIMEOUT = 10.0  # seconds a new connection has to send CONNECT
 
 
+def short_reason(text: str) -> str:
+    """A failure's account cut for an acknowledgement's Reason String (`ACK_REASON_MAX`)."""
+    if len(text) <= ACK_REASON_MAX:
+        return text
+    return text[:ACK_REASON_MAX - 3] + "..."
+
+
 class MqttState:
     """What the MQTT edge keeps per router, across its connections: the sessions by client id
     and the retained store (wired to the mesh). `serve_mqtt` makes one and gives it to every
     connection; the runtime keeps none of it (router/ports.py)."""
 
-    __slots__ = ("node", "retained", "sessions")
+    __slots__ = ("node", "pubrel_unknown", "retained", "sessions")
 
     def __init__(self, node: RuntimePort) -> None:
         self.node = node
         self.sessions: dict[str, SessionState] = {}
         self.retained = retained.attach(node)
+        # PUBRELs for a packet id with no QoS 2 exchange here, completed with success
+        # (`MqttConnection._pubrel`): counted, they show how often sessions move mid-exchange.
+        self.pubrel_unknown = 0
 
 
 class SessionState:
@@ -125,7 +144,8 @@ class SessionState:
         self.persistent = False
         self.expiry = 0.0  # seconds the session outlives its connection
         self.expires_at: float | None = None
-        self.subs: dict[str, int] = {}  # topic filter -> granted QoS
+        # topic filter -> its options: granted QoS in bits 0-1, No Local in bit 2 (`NO_LOCAL`)
+        self.subs: dict[str, int] = {}
         self.stored = False  # the relay store keeps it (`--relay-store`, `_keep_session`)
         # QoS 2 PUBLISHes from the client answered with PUBREC, waiting for PUBREL: pid ->
         # the reason code sent (a PUBLISH with the same pid is answered again, not delivered).
@@ -263,6 +283,7 @@ class MqttConnection:
         self._credit_due = False  # packet ids came free: give credit after this batch
         self.delivery_ids = False  # DELIVERY_ID_PROPERTY asked for in CONNECT (5.0)
         self._q0_tag = 0
+        self.aliases: dict[int, str] = {}  # the client's Topic Aliases: this connection's only
         self.will: Will | None = None  # published if the connection ends without DISCONNECT
         self.will_delay = 0.0  # its Will Delay Interval (5.0)
 
@@ -335,6 +356,8 @@ class MqttConnection:
     def _codec_error(self, err: ProtocolError) -> None:
         log.warning("mqtt connection %s%s: %s", self.peer, self._who(), err)
         reply = err.reply(connack_sent=self.connected, reason_string=True)
+        if self.client_max_packet and len(reply) > self.client_max_packet:
+            reply = err.reply(connack_sent=self.connected)  # MQTT-3.1.2-24: no Reason String
         self._close_with(reply)
 
     def _protocol_error(self, code: int, message: str) -> None:
@@ -342,8 +365,8 @@ class MqttConnection:
                     message)
         reply = b""
         if self.version == MQTT_5 and self.connected:
-            reply = encode(Disconnect(code, Properties(reason_string=message[:REASON_STRING_MAX])),
-                           MQTT_5)
+            reply = self._fit(Disconnect(code, Properties(
+                reason_string=message[:REASON_STRING_MAX])), Disconnect(code))
         self._close_with(reply)
 
     def _who(self) -> str:
@@ -422,7 +445,7 @@ class MqttConnection:
                 wildcard_subscription_available=None,
                 subscription_identifier_available=0,
                 shared_subscription_available=0,
-                topic_alias_maximum=None,
+                topic_alias_maximum=TOPIC_ALIAS_MAX,
                 assigned_client_identifier=assigned,
                 server_keep_alive=None,
                 user_properties=((DELIVERY_ID_PROPERTY, "on"),) if self.delivery_ids else (),
@@ -494,10 +517,10 @@ class MqttConnection:
         self._keep_session(session)
 
     def _mesh_session(self, client_id: str) -> dict[str, int]:
-        """Topic filter -> granted QoS of `client_id`'s subscriptions that the mesh places at
-        another router, or that are away from a lost router (warm ones, waiting to reattach):
-        its persistent session lives elsewhere. Scans the engine's view of remote
-        subscribers (a CONNECT costs O(remote subscribers))."""
+        """Topic filter -> options (as in `SessionState.subs`) of `client_id`'s subscriptions
+        that the mesh places at another router, or that are away from a lost router (warm
+        ones, waiting to reattach): its persistent session lives elsewhere. Scans the
+        engine's view of remote subscribers (a CONNECT costs O(remote subscribers))."""
         prefix = client_id + "/" + SUBSCRIBER_PREFIX
         found: dict[str, int] = {}
         for key, topic_filter, qos in self.engine.warm_elsewhere(prefix):
@@ -512,11 +535,13 @@ class MqttConnection:
         assert pub is not None and self.session is not None
         props = p.properties
         expiry = None
+        topic = p.topic
         if props is not EMPTY_PROPERTIES:  # (an absent property is a slow attribute miss)
             if props.topic_alias is not None:
-                self._protocol_error(RC.TOPIC_ALIAS_INVALID, "this server allows no topic "
-                                     "aliases (CONNACK Topic Alias Maximum 0)")
-                return
+                aliased = self._alias(props.topic_alias, topic)
+                if aliased is None:
+                    return  # closed with a protocol error
+                topic = aliased
             expiry = props.message_expiry_interval
         qos = p.qos
         if qos == 0:
@@ -542,12 +567,32 @@ class MqttConnection:
             return
         pub.credit -= 1
         if p.retain:  # this router's store: kept (or cleared) as it arrives
-            retained.retain(self.node, self.state.retained, p.topic, p.payload, qos, props)
-        payload = mapping.encode(p.topic, p.payload, qos, props, self.client_id)
+            retained.retain(self.node, self.state.retained, topic, p.payload, qos, props)
+        payload = mapping.encode(topic, p.payload, qos, props, self.client_id)
         if qos:
             self.awaiting[tag] = (p.packet_id, qos)  # type: ignore[assignment]
         self.engine.handle(ev.MessageArrived(self._now, pub.id, tag, payload, qos == 0, None,
-                                             expiry * 1000 if expiry else None, p.topic, p.dup))
+                                             expiry * 1000 if expiry else None, topic, p.dup))
+
+    def _alias(self, alias: int, topic: str) -> str | None:
+        """The topic a PUBLISH with Topic Alias `alias` goes to (MQTT 5 section 3.3.2.3.4):
+        with a topic name, it is set (or replaced) for this connection only (MQTT-3.3.2-7);
+        with an empty one, the one set before. None once the connection is closed for a bad
+        alias. (0 never gets here: the decoder refuses it, MQTT-3.3.2-8.)"""
+        if alias > TOPIC_ALIAS_MAX:
+            self._protocol_error(RC.TOPIC_ALIAS_INVALID, f"Topic Alias {alias} is more than "
+                                 f"the Topic Alias Maximum {TOPIC_ALIAS_MAX} this server gave "
+                                 "in its CONNACK; use 1 to that")
+            return None
+        if topic:
+            self.aliases[alias] = topic
+            return topic
+        known = self.aliases.get(alias)
+        if known is None:
+            self._protocol_error(RC.PROTOCOL_ERROR, f"Topic Alias {alias} has no topic on "
+                                 "this connection yet: the first PUBLISH with an alias must "
+                                 "carry the topic name too (section 3.3.2.3.4)")
+        return known
 
     def _drain_held(self) -> None:
         self._now = self.node.now()  # outside `receive`: the clock has moved on
@@ -579,18 +624,20 @@ class MqttConnection:
                             "pid %d %s", self.client_id, pid, outcome)
                 code = 0
         props = EMPTY_PROPERTIES
-        if text and self.version == MQTT_5 and self.problem_info:
-            props = Properties(reason_string=text[:REASON_STRING_MAX])
+        if text and self.version == MQTT_5:
+            log.info("mqtt client %r: message pid %d: %s", self.client_id, pid, outcome)
+            if self.problem_info:
+                props = Properties(reason_string=short_reason(text))
         if qos == 1:
             if code or props:
-                self._send(PubAck(pid, code, props))
+                self.out += self._fit(PubAck(pid, code, props), PubAck(pid, code))
             else:
                 self.out += _PACK_ACK(_PUBACK, 2, pid)
             self.engine.handle(ev.PublisherSettled(
                 self._now, self.pub.id, tag))  # type: ignore[union-attr]
         else:
             if code or props:
-                self._send(PubRec(pid, code, props))
+                self.out += self._fit(PubRec(pid, code, props), PubRec(pid, code))
             else:
                 self.out += _PACK_ACK(_PUBREC, 2, pid)
             if code < 0x80:
@@ -606,9 +653,16 @@ class MqttConnection:
         assert self.session is not None
         code = self.session.in_rec.pop(pid, None)
         if code is None:
-            # 3.1.1 has no reason codes: a plain PUBCOMP (the packet id is free either way).
-            rc = RC.PACKET_IDENTIFIER_NOT_FOUND.value if self.version == MQTT_5 else 0
-            self._send(PubComp(pid, rc))
+            # Not "Packet Identifier not found" (0x92), which clients report as a failed
+            # publish: a client sends PUBREL only after a PUBREC with a success code, which
+            # here means every matched subscriber accepted the message (or has it stored), so
+            # the exchange succeeded, at another router the session was on before a failover
+            # or before a restart. Completing it is the truthful answer (docs/mqtt.md).
+            self.state.pubrel_unknown += 1
+            log.info("mqtt client %r: PUBREL for packet id %d, which this router did not "
+                     "answer with PUBREC (the session moved here, or the router restarted): "
+                     "completed", self.client_id, pid)
+            self.out += _PACK_ACK(_PUBCOMP, 2, pid)
             return
         if self.pub is not None:
             self.engine.handle(ev.PublisherSettled(self._now, self.pub.id, pid.to_bytes(2, "big")))
@@ -626,16 +680,19 @@ class MqttConnection:
                 codes.append(RC.SHARED_SUBSCRIPTIONS_NOT_SUPPORTED.value)
                 continue
             qos = sub.qos
+            # The session keeps the options that outlive the SUBSCRIBE (the engine and the
+            # mesh carry them too, for a restart or a takeover): QoS, and No Local.
+            options = qos | (NO_LOCAL if sub.no_local and self.version == MQTT_5 else 0)
             old = self.subs.get(f)
             wanted.append((f, qos, sub.retain_handling if self.version == MQTT_5 else 0,
                            old is not None))
-            if old is not None and old.qos == qos:
+            if old is not None and self.session.subs.get(f) == options:
                 codes.append(qos)
                 continue
             if old is not None:
                 self._detach(old, final=True)
-            self.session.subs[f] = qos
-            self._attach(f, qos)
+            self.session.subs[f] = options
+            self._attach(f, options)
             codes.append(qos)
         self._keep_session(self.session)
         self._send(SubAck(s.packet_id, tuple(codes)))
@@ -673,8 +730,10 @@ class MqttConnection:
                 session.out[pid] = ("", b"", qos)
             self.out += raw
 
-    def _attach(self, topic_filter: str, qos: int) -> None:
+    def _attach(self, topic_filter: str, options: int) -> None:
+        """Attach one subscription to the engine; `options` as kept in `SessionState.subs`."""
         assert self.session is not None
+        qos = options & 3
         link_id = self.node.new_link_id()
         sl = SubLink(link_id, topic_filter, qos)
         self.subs[topic_filter] = sl
@@ -685,7 +744,7 @@ class MqttConnection:
         self.engine.handle(ev.SubscriberAttached(
             self.node.now(), link_id,
             LinkIdentity(self.client_id, SUBSCRIBER_PREFIX + topic_filter), topic_filter,
-            presettled=qos == 0, warm_timeout=warm, qos=qos))
+            presettled=qos == 0, warm_timeout=warm, qos=options))
         if qos == 0:
             sl.q0_left = QOS0_CREDIT
             self.engine.handle(ev.SubscriberCredit(self._now, link_id, QOS0_CREDIT))
@@ -975,9 +1034,9 @@ class MqttConnection:
                  self.client_id, self.peer)
         reply = b""
         if self.version == MQTT_5:
-            reply = encode(Disconnect(RC.SESSION_TAKEN_OVER.value, Properties(
+            reply = self._fit(Disconnect(RC.SESSION_TAKEN_OVER.value, Properties(
                 reason_string="another connection with this client id took the session over")),
-                MQTT_5)
+                Disconnect(RC.SESSION_TAKEN_OVER.value))
         self._close_with(reply)
 
     def _close_with(self, reply: bytes) -> None:
@@ -1069,8 +1128,9 @@ class MqttConnection:
         """The router is stopping: say so and close, without telling the engine (to the mesh
         this is the router going away)."""
         if self.version == MQTT_5 and self.connected:
-            self.out += encode(Disconnect(RC.SERVER_SHUTTING_DOWN.value, Properties(
-                reason_string=description[:REASON_STRING_MAX])), MQTT_5)
+            self.out += self._fit(Disconnect(RC.SERVER_SHUTTING_DOWN.value, Properties(
+                reason_string=description[:REASON_STRING_MAX])),
+                Disconnect(RC.SERVER_SHUTTING_DOWN.value))
         for ls in [self.pub, *self.subs.values()]:
             if ls is not None:
                 self.node.forget_link(ls.id)
@@ -1091,6 +1151,15 @@ class MqttConnection:
 
     def _send(self, packet: Any) -> None:
         self.out += encode(packet, self.version or 4)
+
+    def _fit(self, packet: Any, bare: Any) -> bytes:
+        """`packet` encoded, or `bare` (the same without its Reason String and User
+        Properties) if `packet` is larger than the client's Maximum Packet Size: the server
+        must leave those out rather than exceed it (MQTT-3.1.2-24, -25)."""
+        raw = encode(packet, self.version or 4)
+        if self.client_max_packet and len(raw) > self.client_max_packet:
+            return encode(bare, self.version or 4)
+        return raw
 
     def take_output(self) -> bytes:
         data = bytes(self.out)

@@ -68,6 +68,7 @@ from mqtt_edge.session import (
     MqttState,
     PubLink,
     SubLink,
+    short_reason,
 )
 from router.config import HostPort, RouterConfig
 from router.core.actions import Accepted, CloseLink, Credit, Decide, Send, SettleCopy
@@ -85,7 +86,6 @@ MQTT_5 = 5
 REJECT = 0x80  # what a flaky subscriber device answers now and then (Unspecified error)
 REJECT_TEXT = "the simulated MQTT device says no"
 NO_MATCHING_SUBSCRIBERS = 0x10
-MAX_REASON = 1000  # mqtt_edge.session.REASON_STRING_MAX
 
 
 def held_key(tag: bytes, pid: int | None) -> bytes:
@@ -797,7 +797,7 @@ class MqttSide:
         elif code < REJECT and code != NO_MATCHING_SUBSCRIBERS:
             raise Violation(f"{who}: PUBACK 0x{code:02X} for {msg.id}, which failed: "
                             f"{msg.outcome}")
-        elif p.properties.reason_string != msg.outcome.description[:MAX_REASON]:
+        elif p.properties.reason_string != short_reason(msg.outcome.description):
             raise Violation(f"{who}: PUBACK reason {p.properties.reason_string!r} for "
                             f"{msg.id}, which failed: {msg.outcome.description!r}")
 
