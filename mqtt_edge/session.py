@@ -81,11 +81,11 @@ HELD_QOS0 = 64  # held packets beyond the receive maximum before the reader paus
 QOS0_CREDIT = 1000  # engine credit of a QoS 0 subscription, topped up as output drains
 OUTPUT_HIGH = 256 * 1024  # bytes of unsent output above which QoS 0 credit is not topped up
 REASON_STRING_MAX = 1000
-# A failure's Reason String in a PUBACK / PUBREC is cut to this many characters: strict client
-# parsers expect short acknowledgements, and the full account is in the log and the status
-# query. Any Reason String is left out of a packet it would make larger than the client's
+# A failure's Reason String in a PUBACK / PUBREC: at most this many characters, the whole
+# account with the subscribers' names (clients and tests read them); the full one is in the
+# log too. Any Reason String is left out of a packet it would make larger than the client's
 # Maximum Packet Size (MQTT-3.1.2-24; MQTT-3.4.2-2 and its kin in each packet's section).
-ACK_REASON_MAX = 100
+ACK_REASON_MAX = REASON_STRING_MAX
 # Topic Aliases a client may use (CONNACK Topic Alias Maximum, MQTT 5 section 3.3.2.3.4): one
 # small dict per connection.
 TOPIC_ALIAS_MAX = 64
