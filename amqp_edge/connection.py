@@ -9,6 +9,7 @@ per-message events (a transfer, a disposition, a flow) go through `amqp_edge.pn`
 from __future__ import annotations
 
 import logging
+import uuid
 from typing import TYPE_CHECKING, Any
 
 from proton import (
@@ -36,8 +37,10 @@ from router.core.actions import (
 )
 from router.core.engine import Disposition
 from router.core.message import (
+    PROPERTY_TO,
     MalformedMessage,
     annotate,
+    property_string,
     publisher_annotation,
     scan,
     with_redelivery,
@@ -47,6 +50,7 @@ from router.core.topics import TopicError, validate_filter, validate_topic
 
 from . import pn
 from .expect import ExpectError, expected, pre_register
+from .names import DYNAMIC_PREFIX
 from .replies import REPLIES_SOURCE, reply_filter, restore_name, substitute
 from .resume import ResumeError, answer, publisher_resends, subscriber_resume
 
@@ -77,8 +81,8 @@ class LinkState:
     """What the edge keeps per attached client link."""
 
     __slots__ = (
-        "annotation", "client", "deliveries", "durable", "id", "is_publisher", "label", "link",
-        "ptr", "replies", "settle_first",
+        "annotation", "anonymous", "client", "deliveries", "durable", "id", "is_publisher",
+        "label", "link", "ptr", "replies", "settle_first",
     )
 
     def __init__(self, link: Link, link_id: int, is_publisher: bool, label: str) -> None:
@@ -90,6 +94,9 @@ class LinkState:
         self.durable = ""  # a durable subscriber's key, kept in the relay store if any
         self.client = ""  # the client's container-id
         self.replies = False  # a client's reply link at a relay (amqp_edge/replies.py)
+        # A publisher link with a null target (anonymous relay): each message names its topic
+        # in its `to` property.
+        self.anonymous = False
         # A publisher link in rcv-settle-mode first (AMQP 2.8.3, the clients' default): the
         # router settles when it sends the outcome. In mode second it leaves that to the
         # publisher, whose settlement it then relays (the seed design's scheme).
@@ -100,6 +107,12 @@ class LinkState:
         # A publisher's messages carry its identity in their message-annotations, added here,
         # at the first router (the seed design): every router and subscriber can name it.
         self.annotation = b""
+
+
+def dynamic_address(router_id: str) -> str:
+    """A new address for a dynamic receiver (AMQP 3.5.3): unique mesh-wide, and plain topic
+    characters, so that a publisher anywhere can send to it, as to any topic."""
+    return f"{DYNAMIC_PREFIX}/{router_id}/{uuid.uuid4().hex}"
 
 
 class AmqpConnection:
@@ -214,7 +227,9 @@ class AmqpConnection:
             self._refuse(link, NOT_IMPLEMENTED, "dynamic targets are not supported; "
                          "attach a sender whose target address is a topic")
             return
-        validate_topic(address or "")
+        anonymous = address is None  # anonymous relay: each message's `to` is its topic
+        if not anonymous:
+            validate_topic(address)
         props = link.remote_properties or {}
         mode = str(props.get(DELIVERY_MODE_PROPERTY, ALL))
         if mode not in MODES:
@@ -228,22 +243,19 @@ class AmqpConnection:
         link.rcv_settle_mode = link.remote_rcv_settle_mode
         link.max_message_size = self.max_message_size
         ls = self._register(link, True, ident)
+        ls.anonymous = anonymous
         ls.settle_first = link.remote_rcv_settle_mode != Link.RCV_SECOND
         ls.annotation = publisher_annotation(ident.key)
         view = self.engine.handle(
-            ev.PublisherAttached(self._now, ls.id, ident, address, mode, resends))
+            ev.PublisherAttached(self._now, ls.id, ident, address or "", mode, resends))
         if resends:
             link.properties = answer(view)
         link.open()
         log.debug("publisher %s attached to %s (mode %s, %d resends declared)", ls.label,
-                  address, mode, len(resends))
+                  address or "no address (anonymous relay)", mode, len(resends))
 
     def _attach_subscriber(self, link: Link, ident: LinkIdentity) -> None:
         source = link.remote_source
-        if source.dynamic:
-            self._refuse(link, NOT_IMPLEMENTED, "dynamic sources are not supported; "
-                         "attach a receiver whose source address is a topic filter")
-            return
         replies = source.address == REPLIES_SOURCE
         if replies:
             if self.node.relay_store is None:
@@ -252,6 +264,9 @@ class AmqpConnection:
                              "router with --relay-store")
                 return
             topic_filter = reply_filter(self.node.config.id, ident.container)
+        elif source.dynamic:  # AMQP 3.5.3: the router names a node for this link alone
+            topic_filter = dynamic_address(self.node.config.id)
+            link.source.dynamic = True
         else:
             topic_filter = validate_filter(source.address or "")
         declared, gen = subscriber_resume(link.remote_properties)
@@ -259,7 +274,8 @@ class AmqpConnection:
         link.source.address = topic_filter
         link.target.copy(link.remote_target)
         link.snd_settle_mode = Link.SND_SETTLED if presettled else Link.SND_UNSETTLED
-        warm_timeout = self._warm_timeout(source, link)
+        # A dynamic node lives as long as its link (expiry policy link-detach): never durable.
+        warm_timeout = None if source.dynamic else self._warm_timeout(source, link)
         ls = self._register(link, False, ident)
         ls.replies = replies
         store = self.node.relay_store
@@ -393,9 +409,32 @@ class AmqpConnection:
                     self._now, ls.id, tag, DECODE_ERROR,
                     f"message is not well-formed AMQP: {err}", settled))
                 return
+        address = None
+        if ls.anonymous:
+            address = self._addressed_to(ls, tag, payload, settled)
+            if address is None:
+                return
         payload = annotate(payload, info, ls.annotation)
         self.engine.handle(ev.MessageArrived(self._now, ls.id, tag, payload, settled,
-                                             info.delivery_mode, info.ttl_ms))
+                                             info.delivery_mode, info.ttl_ms, address))
+
+    def _addressed_to(self, ls: LinkState, tag: bytes, payload: bytes,
+                      settled: bool) -> str | None:
+        """The topic of a message on an anonymous link: its `to` property (AMQP 3.2.4), which
+        must be a topic name. None, with the message rejected, when it is not."""
+        try:
+            to = property_string(payload, PROPERTY_TO)
+            if to is None:
+                raise TopicError("a message on a link with no target address (anonymous relay) "
+                                 "needs a `to` property naming its topic; set the message's "
+                                 "address, or attach a sender whose target is the topic")
+            return validate_topic(to)
+        except (TopicError, MalformedMessage) as err:
+            log.warning("connection %s: rejected a message from %s: %s", self.peer, ls.label,
+                        err)
+            self.engine.handle(ev.MessageRefused(self._now, ls.id, tag, INVALID_FIELD, str(err),
+                                                 settled))
+            return None
 
     def _on_subscriber_disposition(self, ls: LinkState, d: Any) -> None:
         state = pn.remote_state(d)

@@ -5,3 +5,6 @@ nothing, so clients may use it; the "clients" contract in pyproject.toml)."""
 # with this source address and this link name.
 REPLIES_SOURCE = "$replies"
 REPLIES_LINK = "replies"
+
+# The addresses a router gives dynamic receivers (AMQP 3.5.3): DYNAMIC_PREFIX/ROUTER/HEX.
+DYNAMIC_PREFIX = "_dynamic"
