@@ -26,6 +26,7 @@ docs/mqtt.md):
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import secrets
 import struct
@@ -106,6 +107,18 @@ NEVER_EXPIRES = 0xFFFFFFFF
 CONNECT_TIMEOUT = 10.0  # seconds a new connection has to send CONNECT
 
 
+def publish_tag(pid: int, topic: str, payload: bytes) -> bytes:
+    """The engine's tag for a QoS 1/2 PUBLISH: its packet id and a digest of its topic and
+    payload. A resend of it (DUP=1) gets the same tag at any router, so the mesh counts it
+    once after a failover. A later message that reuses the packet id (free again once
+    acknowledged, and from 1 again in a new client process) gets another tag, so no router
+    or subscriber takes it for the earlier one, unless it repeats its topic and payload too."""
+    h = hashlib.blake2b(topic.encode(), digest_size=8)
+    h.update(b"\x00")  # (a topic never holds U+0000: the boundary is unambiguous)
+    h.update(payload)
+    return pid.to_bytes(2, "big") + h.digest()
+
+
 def short_reason(text: str) -> str:
     """A failure's account cut for an acknowledgement's Reason String (`ACK_REASON_MAX`)."""
     if len(text) <= ACK_REASON_MAX:
@@ -135,7 +148,7 @@ class SessionState:
 
     __slots__ = (
         "client_id", "conn", "expires_at", "expiry", "in_rec", "next_pid", "out", "out_rel",
-        "persistent", "pid_by_copy", "stored", "subs", "will", "will_timer",
+        "persistent", "pid_by_copy", "rec_tags", "stored", "subs", "will", "will_timer",
     )
 
     def __init__(self, client_id: str) -> None:
@@ -150,6 +163,7 @@ class SessionState:
         # QoS 2 PUBLISHes from the client answered with PUBREC, waiting for PUBREL: pid ->
         # the reason code sent (a PUBLISH with the same pid is answered again, not delivered).
         self.in_rec: dict[int, int] = {}
+        self.rec_tags: dict[int, bytes] = {}  # their engine tags (`publish_tag`), by pid
         # Outgoing QoS 1/2 PUBLISHes waiting for PUBACK / PUBREC: pid -> (filter, tag, qos).
         self.out: dict[int, tuple[str, bytes, int]] = {}
         self.out_rel: set[int] = set()  # PUBREL sent, waiting for PUBCOMP
@@ -549,7 +563,7 @@ class MqttConnection:
             tag = b"q0:%d" % self._q0_tag
         else:
             pid = p.packet_id
-            tag = pid.to_bytes(2, "big")  # type: ignore[union-attr]
+            tag = publish_tag(pid, topic, p.payload)  # type: ignore[arg-type]
             if tag in self.awaiting:
                 return  # a resend of one we are still deciding: the answer will come
             code = self.session.in_rec.get(pid)  # type: ignore[arg-type]
@@ -558,6 +572,7 @@ class MqttConnection:
                     self._send(PubRec(pid, code))  # type: ignore[arg-type]
                     return
                 del self.session.in_rec[pid]  # type: ignore[arg-type]
+                self.session.rec_tags.pop(pid, None)  # type: ignore[arg-type]
             if len(self.awaiting) + len(self.session.in_rec) >= self.receive_max:
                 self._protocol_error(RC.RECEIVE_MAXIMUM_EXCEEDED, f"more than "
                                      f"{self.receive_max} QoS 1/2 PUBLISHes unacknowledged")
@@ -642,6 +657,7 @@ class MqttConnection:
                 self.out += _PACK_ACK(_PUBREC, 2, pid)
             if code < 0x80:
                 self.session.in_rec[pid] = code
+                self.session.rec_tags[pid] = tag
             else:  # a failed QoS 2 exchange ends with the PUBREC (5.0 section 4.3.3)
                 self.engine.handle(ev.PublisherSettled(
                 self._now, self.pub.id, tag))  # type: ignore[union-attr]
@@ -664,8 +680,9 @@ class MqttConnection:
                      "completed", self.client_id, pid)
             self.out += _PACK_ACK(_PUBCOMP, 2, pid)
             return
-        if self.pub is not None:
-            self.engine.handle(ev.PublisherSettled(self._now, self.pub.id, pid.to_bytes(2, "big")))
+        tag = self.session.rec_tags.pop(pid, None)
+        if self.pub is not None and tag is not None:
+            self.engine.handle(ev.PublisherSettled(self._now, self.pub.id, tag))
         self.out += _PACK_ACK(_PUBCOMP, 2, pid)
 
     # ---------------------------------------------------------------- SUBSCRIBE
@@ -980,7 +997,7 @@ class MqttConnection:
         if s is not None and new_expiry is not None:
             if s.expiry == 0 and new_expiry > 0:
                 self._protocol_error(RC.PROTOCOL_ERROR, "DISCONNECT set a Session Expiry "
-                                     "Interval, but CONNECT had 0 [MQTT-3.14.2-2]")
+                                     "Interval, but CONNECT had 0 (section 3.14.2.2.2)")
                 return
             s.expiry = float(new_expiry)
             s.persistent = new_expiry > 0
@@ -1058,11 +1075,11 @@ class MqttConnection:
         if self.pub is not None:
             pub, self.pub = self.pub, None
             if s is not None:
-                for pid in list(s.in_rec):  # PUBREC sent: the outcome was given, settle
-                    self.engine.handle(
-                        ev.PublisherSettled(self._now, pub.id, pid.to_bytes(2, "big")))
+                for tag in list(s.rec_tags.values()):  # PUBREC sent: the outcome was given
+                    self.engine.handle(ev.PublisherSettled(self._now, pub.id, tag))
                 if not persistent:
                     s.in_rec.clear()
+                    s.rec_tags.clear()
             self.node.forget_link(pub.id)
             self.engine.handle(
                 ev.PublisherDetached(self.node.now(), pub.id, not persistent))

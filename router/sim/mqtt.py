@@ -68,6 +68,7 @@ from mqtt_edge.session import (
     MqttState,
     PubLink,
     SubLink,
+    publish_tag,
     short_reason,
 )
 from router.config import HostPort, RouterConfig
@@ -1025,9 +1026,9 @@ class MqttSide:
         held = {q.packet_id for q in dev.conn.held if type(q) is Publish}
         while dev.pending and dev.pending[0] not in held:
             pid = dev.pending.popleft()
-            tag = pid.to_bytes(2, "big")
-            msg_id = outgoing_tag(dev.client_id, PUBLISHER_LINK, tag).decode()
             seq = pid
+            tag = publish_tag(pid, pub.topic, pub.text(seq))
+            msg_id = outgoing_tag(dev.client_id, PUBLISHER_LINK, tag).decode()
             sent = pub.sent_props[seq]
             # What the session hands the engine for this PUBLISH (the engine holds a record
             # of it, unless the connection closed in the same step and it was let go).
