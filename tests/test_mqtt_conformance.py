@@ -157,6 +157,37 @@ def test_packet_ids_reused_by_a_new_client_process_are_new_messages(where: str) 
         mesh.stop()
 
 
+def test_packet_ids_reused_by_a_new_client_process_reach_an_sdk_subscriber(
+        tmp_path: Any) -> None:
+    """The same, to the SDK's durable subscriber, whose duplicate filter answers a delivery id
+    it has seen (24 h) without showing it again: the ids of the second process's messages
+    must differ from the first's, though their packet ids are the same (`publish_tag`)."""
+    from amqp_edge.client import Subscriber
+
+    port = free_port()
+    with RouterProcess("A", "--mqtt", f"127.0.0.1:{port}", "--log-level", "debug") as r:
+        sub = Subscriber(f"amqp://{r.url}", "re/#", id="sdk-sub", state_dir=str(tmp_path))
+        got: list[bytes] = []
+
+        def pump() -> None:
+            for m in sub:
+                got.append(m.body)
+                sub.accept(m)
+                if len(got) >= 6:
+                    return
+
+        threading.Thread(target=pump, daemon=True).start()
+        wait_for(lambda: r.logged("sdk-sub"), 10, "the SDK subscriber's attach")
+        for run in "ab":
+            p = Mq(port, "reuser", V5)
+            mids = [p.publish("re/t", b"%s%d" % (run.encode(), i), 1) for i in range(3)]
+            wait_for(lambda p=p, mids=mids: all(m in p.acks for m in mids), 10, "PUBACKs")
+            p.stop()
+        wait_for(lambda: len(got) >= 6, 10, f"all six messages (got {got})")
+        assert got == [b"a0", b"a1", b"a2", b"b0", b"b1", b"b2"]
+        sub.close()
+
+
 # ------------------------------------------------------------------ Topic Aliases
 
 
