@@ -44,14 +44,14 @@ def offline_session(port: int, client_id: str, version: int, topic_filter: str,
 @pytest.mark.parametrize("version", [V311, V5], ids=["3.1.1", "5.0"])
 def test_publishes_to_an_offline_session_complete_at_once_and_reach_it_once(
         tmp_path: Path, version: int, qos: int) -> None:
-    """MQTT-4.3.2-1 / MQTT-4.3.3-1 (the server's PUBACK / PUBREC): with a relay store they
+    """MQTT-4.3.2-4 / MQTT-4.3.3-8 (the server's PUBACK / PUBREC): with a relay store they
     mean "every matched subscriber accepted it or has it durably stored", so a session that
     is away no longer holds them. 200 messages, 12 times the router's window."""
     r, port = relay_router(tmp_path)
     with r:
         offline_session(port, "sleeper", version, "relay/#", qos)
         # The router's Receive Maximum (5.0; its window for 3.1.1), which paho does not read
-        # from the CONNACK by itself (MQTT-3.3.4-9: a client must not exceed it).
+        # from the CONNACK by itself (MQTT-3.3.4-7: a client must not exceed it).
         pub = Mq(port, "pub", version, max_inflight=WINDOW)
         n = 200
         for i in range(n):
