@@ -128,7 +128,9 @@ def test_failover() -> None:
     for row in rows:
         assert num(row["pre-kill msg/s"]) > 0, row
         for key in ("reattach s", "(a) first s", "(b) full s"):
-            assert 0 < num(row[key]) < 30, row
+            # Measured (a "-" would fail num), and 0.000 is a real value: a publisher whose
+            # router is killed may be attached at the next one within the millisecond.
+            assert 0 <= num(row[key]) < 30, row
         assert (row["lost"], row["dup"], row["in order"]) == ("0", "0", "yes"), row
     assert "target: (a) and (b) under" in out
     assert "exactly-once check: in every run the subscriber processed every message" in out
