@@ -82,11 +82,6 @@ HELD_QOS0 = 64  # held packets beyond the receive maximum before the reader paus
 QOS0_CREDIT = 1000  # engine credit of a QoS 0 subscription, topped up as output drains
 OUTPUT_HIGH = 256 * 1024  # bytes of unsent output above which QoS 0 credit is not topped up
 REASON_STRING_MAX = 1000
-# A failure's Reason String in a PUBACK / PUBREC: at most this many characters, the whole
-# account with the subscribers' names (clients and tests read them); the full one is in the
-# log too. Any Reason String is left out of a packet it would make larger than the client's
-# Maximum Packet Size (MQTT-3.1.2-24; MQTT-3.4.2-2 and its kin in each packet's section).
-ACK_REASON_MAX = REASON_STRING_MAX
 # Topic Aliases a client may use (CONNACK Topic Alias Maximum, MQTT 5 section 3.3.2.3.4): one
 # small dict per connection.
 TOPIC_ALIAS_MAX = 64
@@ -120,10 +115,13 @@ def publish_tag(pid: int, topic: str, payload: bytes) -> bytes:
 
 
 def short_reason(text: str) -> str:
-    """A failure's account cut for an acknowledgement's Reason String (`ACK_REASON_MAX`)."""
-    if len(text) <= ACK_REASON_MAX:
+    """A failure's account as a PUBACK / PUBREC Reason String: whole, with the subscribers'
+    names (clients read them), up to `REASON_STRING_MAX` characters; the log has all of it.
+    `MqttConnection._fit` leaves it out of a packet too large for the client
+    (MQTT-3.1.2-24; MQTT-3.4.2-2 and its kin in each packet's section)."""
+    if len(text) <= REASON_STRING_MAX:
         return text
-    return text[:ACK_REASON_MAX - 3] + "..."
+    return text[:REASON_STRING_MAX - 3] + "..."
 
 
 class MqttState:
