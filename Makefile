@@ -11,8 +11,8 @@ STAMP   := $(VENV)/.installed-stamp
 ACCEL   := $(VENV)/.accel-stamp
 # The modules router/accel.py compiles (its MODULES; tests/test_accel.py checks they match).
 ACCEL_SRC := mqtt_edge/codec.py mqtt_edge/mapping.py mqtt_edge/session.py mqtt_edge/reactor.py \
-  router/core/engine.py router/core/failover.py router/core/records.py router/core/actions.py router/core/topics.py \
-  router/core/transitions.py router/core/events.py router/core/message.py
+  router/core/engine.py router/core/failover.py router/core/groups.py router/core/records.py \
+  router/core/actions.py router/core/topics.py router/core/transitions.py router/core/events.py router/core/message.py
 
 .PHONY: demo test lint bench venv accel clean
 
@@ -56,7 +56,7 @@ test: $(STAMP) $(ACCEL)
 	@# The unit tests of the compiled modules once more as plain Python: the fallback must hold.
 	EXACTMESH_PURE_PYTHON=1 $(BIN)/python -m pytest -q -p no:cacheprovider \
 	  tests/test_engine_units.py tests/test_engine_stateful.py tests/test_failover_engine.py \
-	  tests/test_topics.py tests/test_mqtt_codec.py tests/test_mqtt_edge.py \
+	  tests/test_shared_engine.py tests/test_topics.py tests/test_mqtt_codec.py tests/test_mqtt_edge.py \
 	  tests/test_mqtt_will_retain.py tests/test_mqtt_backpressure.py tests/test_mqtt_keepalive.py \
 	  tests/test_accel.py
 

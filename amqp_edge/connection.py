@@ -46,11 +46,11 @@ from router.core.message import (
     with_redelivery,
 )
 from router.core.records import ALL, MODES, LinkIdentity
-from router.core.topics import TopicError, validate_filter, validate_topic
+from router.core.topics import SHARE_PREFIX, TopicError, validate_filter, validate_topic
 
 from . import pn
 from .expect import ExpectError, expected, pre_register
-from .names import DYNAMIC_PREFIX
+from .names import DYNAMIC_PREFIX, SHARED_GROUP
 from .replies import REPLIES_SOURCE, reply_filter, restore_name, substitute
 from .resume import ResumeError, answer, publisher_resends, subscriber_resume
 
@@ -268,10 +268,13 @@ class AmqpConnection:
             topic_filter = dynamic_address(self.node.config.id)
             link.source.dynamic = True
         else:
-            topic_filter = validate_filter(source.address or "")
+            topic_filter = validate_filter(shared_filter(source.address or "",
+                                                         link.remote_properties))
         declared, gen = subscriber_resume(link.remote_properties)
         presettled = link.remote_snd_settle_mode == Link.SND_SETTLED
-        link.source.address = topic_filter
+        # A receiver that joined a shared group by link property sees its own address.
+        shared_by_property = not (replies or source.dynamic) and topic_filter != source.address
+        link.source.address = source.address if shared_by_property else topic_filter
         link.target.copy(link.remote_target)
         link.snd_settle_mode = Link.SND_SETTLED if presettled else Link.SND_UNSETTLED
         # A dynamic node lives as long as its link (expiry policy link-detach): never durable.
@@ -569,3 +572,15 @@ class AmqpConnection:
     def _output(self) -> None:
         if self.on_output is not None:
             self.on_output()
+
+
+def shared_filter(address: str, props: dict | None) -> str:
+    """The filter a receiver subscribes with: its source address, in the shared group its
+    link property `exactmesh:shared-group` names if it has one (`$share/GROUP/ADDRESS`)."""
+    group = (props or {}).get(SHARED_GROUP)
+    if group is None or address.startswith(SHARE_PREFIX):
+        return address
+    if not isinstance(group, str) or not group or any(c in group for c in "/+#"):
+        raise TopicError(f"link property {SHARED_GROUP} must name the shared group: a "
+                         f"non-empty string without '/', '+' or '#', not {group!r}")
+    return f"{SHARE_PREFIX}{group}/{address}"

@@ -8,3 +8,7 @@ REPLIES_LINK = "replies"
 
 # The addresses a router gives dynamic receivers (AMQP 3.5.3): DYNAMIC_PREFIX/ROUTER/HEX.
 DYNAMIC_PREFIX = "_dynamic"
+
+# A receiver joins a shared group (competing consumers, docs/amqp.md) with this link property,
+# a string naming the group, or with a source address `$share/GROUP/FILTER` as in MQTT.
+SHARED_GROUP = "exactmesh:shared-group"

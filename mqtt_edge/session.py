@@ -39,6 +39,7 @@ from router.core.engine import NO_SUBSCRIBERS, Disposition
 from router.core.events import NO_LOCAL
 from router.core.failover import LINK_STOLEN
 from router.core.records import ALL, LinkIdentity
+from router.core.topics import SHARE_PREFIX
 
 from . import mapping, retained
 from .codec import MQTT_5, PLAIN_ACK_SHIFT, Decoder, ProtocolError, encode, encode_plain_publish
@@ -456,7 +457,7 @@ class MqttConnection:
                 retain_available=1,
                 wildcard_subscription_available=None,
                 subscription_identifier_available=0,
-                shared_subscription_available=0,
+                shared_subscription_available=1,
                 topic_alias_maximum=TOPIC_ALIAS_MAX,
                 assigned_client_identifier=assigned,
                 server_keep_alive=None,
@@ -691,9 +692,6 @@ class MqttConnection:
         wanted = []  # (filter, granted QoS, Retain Handling, existed): for retained messages
         for sub in s.subscriptions:
             f = sub.topic_filter
-            if self.version == MQTT_5 and f.startswith("$share/"):
-                codes.append(RC.SHARED_SUBSCRIPTIONS_NOT_SUPPORTED.value)
-                continue
             qos = sub.qos
             # The session keeps the options that outlive the SUBSCRIBE (the engine and the
             # mesh carry them too, for a restart or a takeover): QoS, and No Local.
@@ -712,6 +710,8 @@ class MqttConnection:
         self._keep_session(self.session)
         self._send(SubAck(s.packet_id, tuple(codes)))
         for f, qos, handling, existed in wanted:
+            if f.startswith(SHARE_PREFIX):
+                continue  # retained messages are not sent to a shared subscription (4.8.2)
             if handling == 0 or (handling == 1 and not existed):
                 self._send_retained(f, qos)
         self._recredit()

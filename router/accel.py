@@ -36,7 +36,8 @@ ROOT = Path(__file__).resolve().parent.parent
 # C calls). Their code must type-check under mypy: mypyc enforces the annotations at run time.
 MODULES = (
     "mqtt_edge.codec", "mqtt_edge.mapping", "mqtt_edge.session", "mqtt_edge.reactor",
-    "router.core.engine", "router.core.failover", "router.core.records", "router.core.actions",
+    "router.core.engine", "router.core.failover", "router.core.groups", "router.core.records",
+    "router.core.actions",
     "router.core.topics", "router.core.transitions", "router.core.events", "router.core.message",
 )
 GROUP = "router.accel_lib"  # the shared library: router/accel_lib__mypyc.*.so

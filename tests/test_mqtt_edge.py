@@ -46,6 +46,7 @@ class Mq:
         self.got: list[tuple[str, bytes, int, Any]] = []
         self.acks: dict[int, Any] = {}
         self.connack: Any = None
+        self.connack_props: Any = None
         self.session_present: bool | None = None
         self.disconnected: Any = None
         self.lock = threading.Lock()
@@ -66,6 +67,7 @@ class Mq:
 
     def _on_connect(self, c: Any, u: Any, flags: Any, rc: Any, props: Any = None) -> None:
         self.session_present = flags.session_present
+        self.connack_props = props
         self.connack = rc
 
     def _on_message(self, c: Any, u: Any, m: Any) -> None:

@@ -79,7 +79,7 @@ from .records import (
     Subscriber,
     outgoing_tag,
 )
-from .topics import SubscriptionIndex, matches
+from .topics import SHARE_PREFIX, SubscriptionIndex, matches
 from .transitions import Step, add_copy, add_part, hold_copy, hold_part, move_copy, move_part
 
 QUEUED, SENT, ACCEPTED_STATE, FAILED, WITHDRAWN = (
@@ -177,6 +177,7 @@ class Engine(FailoverMixin):
         self._release_blocked: deque[Record] = deque()
         self._no_local = False  # a subscriber asked for No Local: `_message` checks for it
         self._init_failover()
+        self._init_groups()
 
     # ------------------------------------------------------------------ the entry point
 
@@ -380,8 +381,9 @@ class Engine(FailoverMixin):
             self.subscribers[link] = sub
             self._by_sid[sub.sid] = sub
             self._by_key[sub.key] = sub
-            self._index.add(sub.sid, topic_filter)
+            self._index_add(sub.sid, topic_filter)
         sub.no_local = ev.qos & NO_LOCAL != 0
+        sub.qos2_shared = ev.qos & 3 == 2 and topic_filter.startswith(SHARE_PREFIX)
         if sub.no_local:
             self._no_local = True
         self._actions.append(Subscribed(sub.key, topic_filter, gen, warm_timeout or 0.0, ev.qos,
@@ -404,7 +406,7 @@ class Engine(FailoverMixin):
 
     def _unsubscribe(self, sub: Subscriber, reason: str) -> None:
         """The subscription ends: its copies not yet accepted fail with `reason`."""
-        self._index.remove(sub.sid)
+        self._index_remove(sub.sid)
         self._by_sid.pop(sub.sid, None)
         if self._by_key.get(sub.key) is sub:
             del self._by_key[sub.key]
@@ -421,7 +423,7 @@ class Engine(FailoverMixin):
                 continue
             copy.sub_settled = True  # the link is gone: nothing left to settle on it
             if copy.state in (QUEUED, SENT):
-                self._fail(rec, copy, reason)
+                self._fail(rec, copy, self._leave_reason(sub, copy, reason))
         for rec in dict.fromkeys(touched):
             self._decide(rec)
             self._maybe_forget(rec)
@@ -737,6 +739,10 @@ class Engine(FailoverMixin):
             remote = self._resend_matches(rec.address)
         else:
             remote = self._remote.match(rec.address) if len(self._remote) else ()
+        if self._has_groups():
+            local_members, remote_members = self._pick_groups(rec)
+            matched += local_members
+            remote += remote_members
         if settled:  # at most once: nothing waits for a warm subscriber that is away
             matched, remote = self._present(matched, remote)
         if not matched and not remote:
@@ -1014,6 +1020,10 @@ class Engine(FailoverMixin):
             if rec.answered is not None and rec.origin is not None:
                 self._answer_more(rec)
             return
+        if rec.failed and rec.groups is not None and rec.origin is None:
+            self._regroup(rec)  # a shared group's member left: another one is owed it now
+            if rec.outcome is not None:
+                return
         n = rec.parts
         if rec.mode == ALL:
             if rec.failed:

@@ -38,7 +38,8 @@ from .actions import (
     Subscribed,
     Verdict,
 )
-from .records import ALL, CopyState, PartState, Publisher, Record, Subscriber
+from .groups import GroupsMixin
+from .records import ALL, AWAY, CopyState, PartState, Publisher, Record, Subscriber
 from .topics import matches
 from .transitions import (
     Step,
@@ -60,7 +61,6 @@ if TYPE_CHECKING:
 
 QUEUED, SENT, ACCEPTED_STATE = CopyState.QUEUED, CopyState.SENT, CopyState.ACCEPTED
 LINK_STOLEN = "amqp:link:stolen"
-AWAY = ""  # the router name under which warm subscribers that are away stay matchable
 
 
 @dataclass(slots=True)
@@ -77,7 +77,7 @@ class Away:
     since: int  # the generation its subscription started afresh at (0: not known)
 
 
-class FailoverMixin:
+class FailoverMixin(GroupsMixin):
     """Subscriber moves, lost routers, orphaned records and resume (see the module doc)."""
 
     def _init_failover(self: Engine) -> None:
@@ -201,14 +201,14 @@ class FailoverMixin:
             if local is not None:
                 self._moved_away(local, router, gen)
         elif cur is not None and cur[1] != router:
-            self._remote.remove((cur[1], key))
+            self._remote_remove((cur[1], key))
         if away is not None:
             self._end_away(key, away)
             if away.filter != topic_filter:
                 self._fail_key(key, None, "came back with another filter")
         self._where[key] = (gen, router)
         self._remote_meta[key] = (topic_filter, timeout, qos, since)
-        self._remote.add((router, key), topic_filter)
+        self._remote_add((router, key), topic_filter)
         self._end_earlier(key, since)
         # Resend what it is owed elsewhere, moved or not as far as we can tell: the news that
         # it left its old router may have come first (a subscriber that is not warm), and its
@@ -235,7 +235,7 @@ class FailoverMixin:
                 self._left[key] = (deadline, router, wait)
                 heapq.heappush(self._left_expiry, (deadline, key))
                 self._note_deadline(deadline)
-        self._remote.remove((router, key))
+        self._remote_remove((router, key))
 
     def _claim(self: Engine, sub: Subscriber) -> None:
         """`sub` attached here: the mesh's older idea of where it lives gives way, and what
@@ -243,7 +243,7 @@ class FailoverMixin:
         key = sub.key
         cur = self._where.get(key)
         if cur is not None and cur[1] != self.config.router_id:
-            self._remote.remove((cur[1], key))
+            self._remote_remove((cur[1], key))
         away = self._away.get(key)
         if away is not None:
             self._end_away(key, away)
@@ -277,7 +277,7 @@ class FailoverMixin:
                 f"subscriber {sub.key} attached again at router {router}; this older "
                 "attach is closed (one subscriber identity lives at one router at a time)"))
         self._warm.pop(sub.key, None)
-        self._index.remove(sub.sid)
+        self._index_remove(sub.sid)
         self._by_sid.pop(sub.sid, None)
         if self._by_key.get(sub.key) is sub:
             del self._by_key[sub.key]
@@ -471,19 +471,19 @@ class FailoverMixin:
     def _go_away(self: Engine, key: str, gen: int, router: str) -> None:
         del self._where[key]
         topic_filter, timeout, qos, since = self._remote_meta.pop(key)
-        self._remote.remove((router, key))
+        self._remote_remove((router, key))
         wait = timeout or self.config.reconnect_timeout
         away = Away(topic_filter, timeout, wait, self._now + wait, router, gen, qos, since)
         self._away[key] = away
         heapq.heappush(self._away_expiry, (away.deadline, key))
         self._note_deadline(away.deadline)
         if timeout:  # warm: what is published meanwhile waits for it too
-            self._remote.add((AWAY, key), topic_filter)
+            self._remote_add((AWAY, key), topic_filter)
 
     def _end_away(self: Engine, key: str, away: Away) -> None:
         del self._away[key]
         if away.timeout:
-            self._remote.remove((AWAY, key))
+            self._remote_remove((AWAY, key))
 
     def _end_earlier(self: Engine, key: str, since: int) -> None:
         """Subscriber `key` subscribed afresh at attach generation `since`: what our records
@@ -693,6 +693,9 @@ class FailoverMixin:
             if reclaimed:
                 self._owe_reclaimed(rec, reclaimed)
             if reclaimed is None and self._owe_new_locals(rec):
+                decided = None
+            if reclaimed is None and self._has_groups() and self._owe_groups(rec):
+                rec.outcome = None  # (a shared group's member is owed it now)
                 decided = None
         if told is not None:
             # It waits for the publisher's settlement and its parts' answers; a second

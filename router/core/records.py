@@ -16,6 +16,8 @@ from typing import Any
 
 from .actions import Outcome
 
+AWAY = ""  # the router name under which warm subscribers that are away stay matchable
+
 ALL = "all"
 SOME = "some"
 MODES = (ALL, SOME)
@@ -78,8 +80,8 @@ class LinkIdentity:
 class Subscriber:
     __slots__ = (
         "credit", "filter", "gen", "holding", "ident", "inflight", "key", "label", "link",
-        "no_local", "placeholders", "presettled", "queue", "sid", "since", "stored_full",
-        "warm_timeout", "warm_until",
+        "no_local", "placeholders", "presettled", "qos2_shared", "queue", "sid", "since",
+        "stored_full", "warm_timeout", "warm_until",
     )
 
     def __init__(
@@ -113,6 +115,9 @@ class Subscriber:
         # Not sent what a publisher link of its own container publishes (MQTT 5's No Local
         # option, MQTT-3.8.3-3: the container is the MQTT client id).
         self.no_local = False
+        # A member of a shared group that subscribed at MQTT QoS 2: a copy sent to it that it
+        # did not answer is not sent to another member (MQTT-4.8.2-5, router/core/groups.py).
+        self.qos2_shared = False
         self.credit = 0
         # Records waiting to be sent, in publish order per publisher; redeliveries go first.
         self.queue: deque[Record] = deque()
@@ -222,6 +227,7 @@ class Record:
         "final",
         "former",
         "fresh",
+        "groups",
         "held",
         "id",
         "mode",
@@ -284,6 +290,9 @@ class Record:
         # its tombstone then answers no other origin's plain forward of the same id, which is
         # a later message that reuses the id (an MQTT packet id, after a move).
         self.fresh = False
+        # Shared subscriptions (router/core/groups.py), at the origin: for each group it is
+        # owed to, the members tried, the one owed it now last. None if no group matched.
+        self.groups: dict[str, list[str]] | None = None
         # Set while its publisher (or origin router) is gone: when it stops waiting for a
         # resend (router/core/failover.py).
         self.orphan_until: float | None = None

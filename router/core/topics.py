@@ -21,6 +21,7 @@ __all__ = [
     "SubscriptionIndex",
     "TopicError",
     "matches",
+    "split_shared",
     "validate_filter",
     "validate_topic",
 ]
@@ -124,6 +125,8 @@ def validate_filter(topic_filter: str) -> str:
     last one, ``+`` must be a whole level.  ``TypeError`` if it is not a ``str``.
     """
     _check_string(topic_filter, "subscription filter", "orders/#")
+    if topic_filter.startswith(SHARE_PREFIX):
+        split_shared(topic_filter)
     if _SINGLE not in topic_filter and _MULTI not in topic_filter:
         return topic_filter
     levels = topic_filter.split(_SEP)
@@ -151,6 +154,37 @@ def validate_filter(topic_filter: str) -> str:
                     + ("" if wildcard == _MULTI else " or 'sport/+/player1'")
                 )
     return topic_filter
+
+
+# Section 4.8.2: a shared subscription's filter is '$share/' + ShareName + '/' + a filter.
+SHARE_PREFIX = "$share/"
+
+
+def split_shared(topic_filter: str) -> tuple[str, str] | None:
+    """The share name and the inner filter of a shared subscription ``$share/NAME/FILTER``,
+    or ``None`` for a filter that does not start with ``$share/``.
+
+    Raises ``TopicError`` if the share name is empty or has a wildcard, or no valid filter
+    follows it.
+    """
+    if not topic_filter.startswith(SHARE_PREFIX):
+        return None
+    name, slash, inner = topic_filter[len(SHARE_PREFIX):].partition(_SEP)
+    problem = ""
+    if not name:
+        problem = "its share name is empty"
+    elif _SINGLE in name or _MULTI in name:
+        problem = "its share name contains a wildcard"
+    elif not slash or not inner:
+        problem = "no topic filter follows the share name"
+    if problem:
+        # [MQTT-4.8.2-1]: a ShareName of at least one character; [MQTT-4.8.2-2]: no '/', '+'
+        # or '#' in it, and a Topic Filter after the '/' that ends it.
+        raise TopicError(
+            f"shared subscription filter {_show(topic_filter)} is invalid: {problem}; write "
+            f"'$share/<name>/<filter>', as in '$share/workers/orders/#'")
+    validate_filter(inner)
+    return name, inner
 
 
 def _match_levels(filter_levels: list[str], topic_levels: list[str]) -> bool:
