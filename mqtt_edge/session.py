@@ -842,6 +842,11 @@ class MqttConnection:
         qos = 0 if action.settled else min(sl.qos, d.qos)
         dup = action.attempt > 0 and qos > 0
         props = d.properties
+        left = action.ttl_left_ms
+        if left is not None and props and props.message_expiry_interval:
+            # MQTT-3.3.2-6: the interval it was published with, less the time it waited here
+            # (and in the relay store), in whole seconds rounded up.
+            props = props.replace(message_expiry_interval=max(1, -(-left // 1000)))
         if self.delivery_ids:
             ids = ((DELIVERY_ID_PROPERTY, action.tag.decode()),)
             props = props.replace(user_properties=props.user_properties + ids) if props \

@@ -33,6 +33,7 @@ from mqtt_edge.packets import (
 from tests.harness import RouterProcess, free_port, wait_for
 from tests.mesh_harness import start_mesh
 from tests.test_mqtt_edge import V5, Mq
+from tests.test_status import get
 
 MQTT_5 = 5
 
@@ -310,3 +311,42 @@ def test_a_pubrel_for_an_unknown_packet_id_completes_with_success(router: Any) -
     comp, _ = c.next()
     assert isinstance(comp, PubComp) and comp.packet_id == 77 and comp.reason_code == 0
     c.close()
+
+
+# ------------------------------------------------------------------ Message Expiry
+
+
+def _stats(http_port: int) -> dict[str, Any]:
+    status, body = get(http_port, "/health")
+    assert status == 200, body
+    return body["stats"]
+
+
+def test_message_expiry_while_a_relay_store_holds_the_message(tmp_path: Any) -> None:
+    """MQTT-3.3.2-5: a message whose Message Expiry Interval passed before it could be sent
+    to a subscriber's session is not sent; MQTT-3.3.2-6: the interval a subscriber gets is
+    what is left of it. The publisher is not failed by the expiry: its PUBACK came when the
+    relay store held the copy for the offline session (docs/relay.md). The dropped message is
+    counted (`expired` in /health)."""
+    mqtt_port, http_port = free_port(), free_port()
+    with RouterProcess("A", "--mqtt", f"127.0.0.1:{mqtt_port}", "--http",
+                       f"127.0.0.1:{http_port}", "--relay-store", str(tmp_path / "relay")):
+        sleeper = Mq(mqtt_port, "exp-sleeper", V5, clean=False, expiry=3600)
+        sleeper.subscribe("exp/#", 1)
+        sleeper.stop()
+        pub = Mq(mqtt_port, "exp-pub", V5)
+        short = pub.publish("exp/t", b"short", 1, MessageExpiryInterval=1)
+        kept = pub.publish("exp/t", b"kept", 1, MessageExpiryInterval=600)
+        wait_for(lambda: short in pub.acks and kept in pub.acks, 10, "both PUBACKs")
+        assert [pub.acks[m][0].value for m in (short, kept)] == [0, 0], pub.acks
+        wait_for(lambda: _stats(http_port)["expired"] >= 1, 10, "the short one to expire")
+        back = Mq(mqtt_port, "exp-sleeper", V5, clean=False, expiry=3600)
+        assert back.session_present
+        wait_for(lambda: len(back.got) >= 1, 10, "the message that had not expired")
+        # In publish order: had the expired one been sent, it would have come first.
+        assert back.payloads() == [b"kept"]
+        interval = back.got[0][3].MessageExpiryInterval
+        assert 1 <= interval < 600, f"the interval sent is not the time left: {interval}"
+        assert _stats(http_port)["early_failed"] == 1  # answered on the stored copy, then lost
+        pub.stop()
+        back.stop()

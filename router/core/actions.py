@@ -53,7 +53,9 @@ class Send:
     `attempt` is 0 for the first delivery and n for the n-th redelivery (the AMQP header's
     delivery-count); `settled` means the copy goes pre-settled (at most once). `address`:
     the topic it was published to (an MQTT PUBLISH needs it when the message carries no
-    `to`, and the record may be gone by the time the copy is written out)."""
+    `to`, and the record may be gone by the time the copy is written out). `ttl_left_ms`:
+    for a message with a time to live, what is left of it now (an MQTT PUBLISH carries that,
+    not the original interval: MQTT-3.3.2-6)."""
 
     link: int
     tag: bytes
@@ -61,15 +63,17 @@ class Send:
     attempt: int
     settled: bool
     address: str
+    ttl_left_ms: int | None
 
     def __init__(self, link: int, tag: bytes, payload: bytes, attempt: int, settled: bool,
-                 address: str = "") -> None:
+                 address: str = "", ttl_left_ms: int | None = None) -> None:
         self.link = link
         self.tag = tag
         self.payload = payload
         self.attempt = attempt
         self.settled = settled
         self.address = address
+        self.ttl_left_ms = ttl_left_ms
 
 
 @dataclass(slots=True, init=False)

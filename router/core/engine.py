@@ -984,14 +984,14 @@ class Engine(FailoverMixin):
             if rec.presettled or sub.presettled:
                 # At most once: nothing will come back for this copy.
                 actions.append(Send(link, rec.out_tag, rec.payload, attempt, True,
-                                        rec.address))
+                                    rec.address, self._ttl_left(rec)))
                 self._accepted_settled(rec, copy, Step.SEND_SETTLED)
             else:
                 move_copy(rec, copy, Step.SEND)
                 copy.sub_settled = False  # a redelivery is a new transfer to settle
                 sub.inflight[rec.out_tag] = rec
                 actions.append(Send(link, rec.out_tag, rec.payload, attempt, False,
-                                        rec.address))
+                                    rec.address, self._ttl_left(rec)))
 
     def _accepted_settled(self, rec: Record, copy: Copy, step: Step) -> None:
         """A pending copy counts as accepted with nothing left to settle on the link (sent
