@@ -34,7 +34,7 @@ from collections import deque
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from router.core import events as ev
-from router.core.actions import Accepted, CloseLink, Credit, Decide, Send, SettleCopy
+from router.core.actions import Accepted, CloseLink, Credit, Decide, Rejected, Send, SettleCopy
 from router.core.engine import NO_SUBSCRIBERS, Disposition
 from router.core.events import NO_LOCAL
 from router.core.failover import LINK_STOLEN
@@ -82,7 +82,8 @@ NEVER_HELD = (int, PubAck, PubRec, PubRel, PubComp, PingReq)  # int: a plain ack
 HELD_QOS0 = 64  # held packets beyond the receive maximum before the reader pauses
 QOS0_CREDIT = 1000  # engine credit of a QoS 0 subscription, topped up as output drains
 OUTPUT_HIGH = 256 * 1024  # bytes of unsent output above which QoS 0 credit is not topped up
-REASON_STRING_MAX = 1000
+REASON_STRING_MAX = 1000  # a DISCONNECT's Reason String (a protocol error's account)
+ACK_REASON_MAX = 256  # a PUBACK's / PUBREC's (`short_reason`)
 # Topic Aliases a client may use (CONNACK Topic Alias Maximum, MQTT 5 section 3.3.2.3.4): one
 # small dict per connection.
 TOPIC_ALIAS_MAX = 64
@@ -115,14 +116,28 @@ def publish_tag(pid: int, topic: str, payload: bytes) -> bytes:
     return pid.to_bytes(2, "big") + h.digest()
 
 
-def short_reason(text: str) -> str:
-    """A failure's account as a PUBACK / PUBREC Reason String: whole, with the subscribers'
-    names (clients read them), up to `REASON_STRING_MAX` characters; the log has all of it.
-    `MqttConnection._fit` leaves it out of a packet too large for the client
-    (MQTT-3.1.2-24; MQTT-3.4.2-2 and its kin in each packet's section)."""
-    if len(text) <= REASON_STRING_MAX:
+def short_reason(outcome: Rejected) -> str:
+    """A failure as a PUBACK / PUBREC Reason String: short, for strict client parsers (at
+    most `ACK_REASON_MAX` characters). It names the first subscriber that failed and why, how
+    many others did, and the delivery id to ask the status query about; the router's log has
+    the whole account (`_on_decide`). `MqttConnection._fit` leaves it out of a packet too
+    large for the client (MQTT-3.1.2-24; MQTT-3.4.2-2 and its kin in each packet's section)."""
+    info = outcome.info
+    failed = info.get("failed") or []
+    if not failed:
+        text = outcome.description
+    else:
+        total = sum(len(info.get(k) or ()) for k in ("succeeded", "failed", "pending"))
+        first = failed[0]
+        why = (info.get("reasons") or {}).get(first, "failed")
+        more = f" (and {len(failed) - 1} more)" if len(failed) > 1 else ""
+        tail = f"{more}; delivery {info.get('delivery_id', '?')}: see the router's log"
+        head = f"failed for {len(failed)} of {total} subscriber(s): {first} {why}"
+        room = ACK_REASON_MAX - len(tail)
+        text = (head if len(head) <= room else head[:room - 3] + "...") + tail
+    if len(text) <= ACK_REASON_MAX:
         return text
-    return text[:REASON_STRING_MAX - 3] + "..."
+    return text[:ACK_REASON_MAX - 3] + "..."
 
 
 class MqttState:
@@ -641,7 +656,7 @@ class MqttConnection:
         if text and self.version == MQTT_5:
             log.info("mqtt client %r: message pid %d: %s", self.client_id, pid, outcome)
             if self.problem_info:
-                props = Properties(reason_string=short_reason(text))
+                props = Properties(reason_string=short_reason(outcome))
         if qos == 1:
             if code or props:
                 self.out += self._fit(PubAck(pid, code, props), PubAck(pid, code))

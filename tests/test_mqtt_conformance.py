@@ -350,3 +350,22 @@ def test_message_expiry_while_a_relay_store_holds_the_message(tmp_path: Any) -> 
         assert _stats(http_port)["early_failed"] == 1  # answered on the stored copy, then lost
         pub.stop()
         back.stop()
+
+
+def test_failure_reasons_in_acknowledgements_are_short() -> None:
+    """A PUBACK's Reason String stays short whatever failed (strict client parsers): the
+    first subscriber and why, how many more, and the delivery id to look up."""
+    from mqtt_edge.session import ACK_REASON_MAX, short_reason
+    from router.core.actions import Rejected
+
+    failed = [f"client-{i}/mqtt/{'deep/' * 40}#@router-{i}" for i in range(30)]
+    info = {"succeeded": ["ok@A"], "failed": failed, "pending": [], "delivery_id": "d" * 32,
+            "reasons": {who: "detached before accepting it" for who in failed}}
+    text = short_reason(Rejected("exactmesh:delivery-failed", "x" * 5000, info))
+    assert len(text) <= ACK_REASON_MAX
+    assert text.startswith("failed for 30 of 31 subscriber(s): client-0/mqtt/deep/")
+    assert text.endswith(f"(and 29 more); delivery {'d' * 32}: see the router's log")
+    one = short_reason(Rejected("exactmesh:delivery-failed", "x", dict(
+        info, failed=["s1@B"], reasons={"s1@B": "rejected it"})))
+    assert one == f"failed for 1 of 2 subscriber(s): s1@B rejected it; delivery {'d' * 32}: " \
+                  "see the router's log"

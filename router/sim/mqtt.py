@@ -798,7 +798,7 @@ class MqttSide:
         elif code < REJECT and code != NO_MATCHING_SUBSCRIBERS:
             raise Violation(f"{who}: PUBACK 0x{code:02X} for {msg.id}, which failed: "
                             f"{msg.outcome}")
-        elif p.properties.reason_string != short_reason(msg.outcome.description):
+        elif p.properties.reason_string != short_reason(msg.outcome):
             raise Violation(f"{who}: PUBACK reason {p.properties.reason_string!r} for "
                             f"{msg.id}, which failed: {msg.outcome.description!r}")
 
