@@ -118,6 +118,9 @@ def _router_with(*extra: str) -> tuple[RouterProcess, int]:
 
 @pytest.mark.parametrize("version", [V311, V5], ids=["3.1.1", "5.0"])
 def test_fanout_qos_0_1_2_with_wildcards_exactly_once_in_order(router: Any, version: int) -> None:
+    """MQTT-3.8.4-8: a copy goes at the lower of the published QoS and the granted QoS;
+    MQTT-4.6.0-5, MQTT-4.6.0-6: a non-shared subscription gets one publisher's messages in the
+    order they were published."""
     port = router.mqtt_port
     subs = {q: Mq(port, f"sub{q}", version) for q in (0, 1, 2)}
     for q, s in subs.items():
@@ -224,6 +227,9 @@ def test_negative_puback_for_no_matching_subscribers_and_rejection() -> None:
 
 @pytest.mark.parametrize("version", [V311, V5], ids=["3.1.1", "5.0"])
 def test_session_persistence_and_expiry(router: Any, version: int) -> None:
+    """MQTT-3.1.2-6, MQTT-3.2.2-3: clean start off without a session makes a new one (Session
+    Present 0); MQTT-3.1.2-23: it outlives the connection; MQTT-3.1.2-5: the next clean-start-off
+    CONNECT resumes it (Session Present 1) and gets what was published meanwhile."""
     port = router.mqtt_port
     dev = Mq(port, "sleepy", version, clean=False, expiry=60)
     dev.subscribe("sess/#", 2)
@@ -268,6 +274,8 @@ def test_qos0_is_not_held_for_an_offline_session_nor_stalls_its_publisher() -> N
 
 
 def test_session_expiry_fails_the_message_naming_the_client(router: Any) -> None:
+    """MQTT-4.1.0-2: the session is discarded when its expiry interval passes; what waited for it
+    fails, and the publisher is told so, naming the subscription."""
     port = router.mqtt_port
     dev = Mq(port, "gone", V5, clean=False, expiry=1)
     dev.subscribe("exp/#", 1)
@@ -282,6 +290,8 @@ def test_session_expiry_fails_the_message_naming_the_client(router: Any) -> None
 
 @pytest.mark.parametrize("version", [V311, V5], ids=["3.1.1", "5.0"])
 def test_session_takeover(router: Any, version: int) -> None:
+    """MQTT-3.1.4-3: a CONNECT with a client id that is connected already closes the older
+    connection (5.0: DISCONNECT 0x8E Session taken over) and the new one carries on."""
     port = router.mqtt_port
     first = Mq(port, "twin", version, clean=False, expiry=60)
     first.subscribe("take/#", 1)
@@ -319,6 +329,7 @@ def _read_until_closed(s: socket.socket, dec: Decoder) -> list[Any]:
 
 
 def test_keepalive_timeout_closes_with_reason(router: Any) -> None:
+    """MQTT-3.1.2-22: a client silent for 1.5 times its Keep Alive is disconnected (0x8D)."""
     s, dec = _raw_connect(router.mqtt_port, MQTT_5, keep_alive=1)
     start = time.monotonic()
     got = _read_until_closed(s, dec)  # silent client: closed after 1.5 s
@@ -332,6 +343,9 @@ def test_keepalive_timeout_closes_with_reason(router: Any) -> None:
 @pytest.mark.parametrize("version", [4, 5], ids=["3.1.1", "5.0"])
 def test_malformed_packet_is_a_protocol_error_and_others_carry_on(router: Any,
                                                                    version: int) -> None:
+    """MQTT-2.1.3-1, MQTT-4.13.1-1: a packet whose reserved flags are wrong is malformed, and
+    the connection that sent it is closed (5.0: DISCONNECT 0x81 with a reason string); the
+    router's other clients carry on."""
     port = router.mqtt_port
     good = Mq(port, "good")
     good.subscribe("ok/#", 1)

@@ -96,6 +96,8 @@ def absent(sub: Mq, pub: Mq, topic: str, unwanted: bytes) -> None:
 
 @BOTH
 def test_will_published_when_the_connection_is_lost(port: int, version: int) -> None:
+    """MQTT-3.1.2-7, MQTT-3.1.2-8: a connection that ends without DISCONNECT has its will
+    published."""
     v = LEVEL[version]
     topic = f"will/lost/{v}"
     sub = Mq(port, f"wl-sub{v}", version)
@@ -109,6 +111,7 @@ def test_will_published_when_the_connection_is_lost(port: int, version: int) -> 
 
 @BOTH
 def test_will_not_published_on_a_clean_disconnect(port: int, version: int) -> None:
+    """MQTT-3.1.2-10, MQTT-3.14.4-3: DISCONNECT 0x00 discards the will."""
     v = LEVEL[version]
     topic = f"will/clean/{v}"
     sub = Mq(port, f"wc-sub{v}", version)
@@ -141,6 +144,7 @@ def _delayed(client_id: str, topic: str, delay: int, expiry: int) -> Connect:
 
 
 def test_will_delay(port: int) -> None:
+    """MQTT-3.1.2-8: the will is published once its Will Delay Interval has passed."""
     topic = "will/delay"
     sub = Mq(port, "wd-sub")
     sub.subscribe(topic, 1)
@@ -200,6 +204,9 @@ def test_will_published_on_takeover_without_delay(port: int) -> None:
 
 @BOTH
 def test_retained_delivered_replaced_and_cleared(port: int, version: int) -> None:
+    """MQTT-3.3.1-5: a RETAIN PUBLISH replaces the topic's retained message; MQTT-3.3.1-6,
+    MQTT-3.3.1-7: an empty one removes it and is not kept; MQTT-3.3.1-9: a new subscription
+    (Retain Handling 0) gets the retained message; MQTT-3.3.1-12: a live copy goes with RETAIN 0."""
     v = LEVEL[version]
     topic = f"ret/{v}/a"
     pub = Mq(port, f"rp{v}", version)
@@ -226,6 +233,8 @@ def test_retained_delivered_replaced_and_cleared(port: int, version: int) -> Non
 
 
 def test_retain_handling(port: int) -> None:
+    """MQTT-3.3.1-10: Retain Handling 1 sends retained messages only for a new subscription;
+    MQTT-3.3.1-11: Retain Handling 2 sends none."""
     topic = "ret/rh/t"
     pub = Mq(port, "rh-pub")
     pub.publish(topic, b"kept", 0, retain=True)
@@ -244,6 +253,7 @@ def test_retain_handling(port: int) -> None:
 
 
 def test_will_with_retain_is_stored(port: int) -> None:
+    """MQTT-3.1.2-15: a will with Will Retain 1 is published as a retained message."""
     topic = "ret/will"
     live = Mq(port, "rw-live")
     live.subscribe(topic, 1)

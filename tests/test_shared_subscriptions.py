@@ -149,7 +149,8 @@ def test_group_across_three_routers_with_a_member_gone_mid_stream(mesh: Any) -> 
 def test_mqtt_3_1_1_members_and_the_connack_says_available() -> None:
     """Shared subscriptions in 3.1.1 too (as mosquitto and EMQX accept them), and the MQTT 5
     CONNACK says Shared Subscription Available (MQTT 5 section 3.2.2.3.15). No retained
-    message is sent to a shared subscription (section 4.8.2)."""
+    message is sent to a shared subscription (section 4.8.2). MQTT-4.8.2-3: each copy goes
+    at the member's granted QoS (1 here, published at 1 and 2)."""
     port = free_port()
     with RouterProcess("R1", "--mqtt", f"127.0.0.1:{port}") as _router:
         old = Mq(port, "retainer", V5)
@@ -161,12 +162,13 @@ def test_mqtt_3_1_1_members_and_the_connack_says_available() -> None:
         v3.subscribe(GROUP, 1)
         pub = Mq(port, "pub3", V311)
         for i in range(40):
-            pub.publish("work/y", b"%d" % i, 1)
+            pub.publish("work/y", b"%d" % i, 1 + i % 2)
         wait_for(lambda: len(pub.acks) == 40, 20, "the PUBACKs")
         wait_for(lambda: len(v5.got) + len(v3.got) == 40, 20, "the group's copies")
         together = v5.payloads() + v3.payloads()
         assert sorted(together) == sorted(b"%d" % i for i in range(40))
         assert b"retained" not in together
+        assert {g[2] for g in v5.got + v3.got} == {1}
         for m in (old, v5, v3, pub):
             m.stop()
 
