@@ -1,14 +1,16 @@
 # Two commands do all set-up on a fresh Debian machine: `make demo` and `make test`.
 # Both build .venv on their own (and install python3-venv if the interpreter lacks venv);
 # `make test` also installs Debian's mosquitto-clients (mosquitto_pub/_sub) and a Java runtime
-# (openjdk-17-jre-headless, for the Spark data source's tests) when missing. Both compile the
-# per-message modules with mypyc (router/accel.py; gcc and python3-dev are installed when
-# missing); if that fails the router runs them as plain Python, only slower.
+# (openjdk-17-jre-headless, for the Spark data source's tests) when missing, and the JavaScript
+# clients of tests/test_js_clients.py (npm ci in tests/js; nodejs and npm first if missing).
+# Both compile the per-message modules with mypyc (router/accel.py; gcc and python3-dev are
+# installed when missing); if that fails the router runs them as plain Python, only slower.
 PY      ?= python3
 VENV    := .venv
 BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed-stamp
 ACCEL   := $(VENV)/.accel-stamp
+JS_STAMP := tests/js/node_modules/.installed-stamp
 # The modules router/accel.py compiles (its MODULES; tests/test_accel.py checks they match).
 ACCEL_SRC := mqtt_edge/codec.py mqtt_edge/mapping.py mqtt_edge/session.py mqtt_edge/reactor.py \
   router/core/engine.py router/core/failover.py router/core/groups.py router/core/records.py \
@@ -42,7 +44,7 @@ $(ACCEL): $(STAMP) $(ACCEL_SRC) router/accel.py
 demo: $(STAMP) $(ACCEL)
 	$(BIN)/exactmesh demo
 
-test: $(STAMP) $(ACCEL)
+test: $(STAMP) $(ACCEL) $(JS_STAMP)
 	@command -v mosquitto_pub >/dev/null 2>&1 || \
 	  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq mosquitto-clients; } || \
 	  echo "make test: could not install mosquitto-clients; the tests that need mosquitto_pub/mosquitto_sub will skip"
@@ -60,6 +62,18 @@ test: $(STAMP) $(ACCEL)
 	  tests/test_mqtt_will_retain.py tests/test_mqtt_backpressure.py tests/test_mqtt_keepalive.py \
 	  tests/test_accel.py
 
+# MQTT.js and rhea for tests/test_js_clients.py, at the versions tests/js/package-lock.json
+# pins: installed again only when the lock file changes. Without node and npm, or if the
+# install fails, those tests skip (a half-done node_modules is removed so that they do).
+$(JS_STAMP): tests/js/package-lock.json
+	@command -v npm >/dev/null 2>&1 || \
+	  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nodejs npm; } || \
+	  echo "make test: could not install nodejs and npm"
+	@if (cd tests/js && npm ci --no-audit --no-fund --loglevel=error); then touch $@; else \
+	  rm -rf tests/js/node_modules; \
+	  echo "make test: npm ci in tests/js failed; the JavaScript client tests (tests/test_js_clients.py) will skip"; \
+	fi
+
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/lint-imports --no-cache --no-logo
@@ -69,5 +83,5 @@ bench: $(STAMP) $(ACCEL)
 	$(BIN)/python -m benchmarks.run
 
 clean:
-	rm -rf $(VENV) *.egg-info router/accel_manifest.json
+	rm -rf $(VENV) *.egg-info router/accel_manifest.json tests/js/node_modules
 	find router mqtt_edge -name '*.so' -delete
