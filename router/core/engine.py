@@ -440,6 +440,7 @@ class Engine(FailoverMixin):
                 continue
             copy.sub_settled = True  # its link is gone: nothing to settle there any more
             if copy.state == SENT:  # in doubt: it may not have seen it, so it comes again
+                copy.doubt = True
                 move_copy(rec, copy, Step.REQUEUE)
             if copy.state == QUEUED:
                 waiting[rec.seq] = rec
@@ -911,6 +912,7 @@ class Engine(FailoverMixin):
                 del sub.inflight[tag]
         elif disposition in (Disposition.RELEASED, Disposition.MODIFIED):
             self._settle_copy(sub, rec, copy)
+            copy.doubt = False  # it says it did not process it
             if copy.attempts >= self.config.max_delivery_attempts:
                 self._fail(rec, copy, f"released it {copy.attempts} times without accepting")
             else:

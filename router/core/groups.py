@@ -162,7 +162,7 @@ class GroupsMixin:
     def _leave_reason(sub: Subscriber, copy: Copy, reason: str) -> str:
         """Why `sub`'s copy fails as its subscription ends: `reason`, marked in doubt for a
         QoS 2 member that had it sent (MQTT-4.8.2-5: its group does not get it again)."""
-        if sub.qos2_shared and copy.attempts:
+        if sub.qos2_shared and (copy.state == CopyState.SENT or copy.doubt):
             return f"{reason} {IN_DOUBT}"
         return reason
 

@@ -155,7 +155,7 @@ class Publisher:
 
 
 class Copy:
-    __slots__ = ("attempts", "held", "reason", "state", "sub", "sub_settled")
+    __slots__ = ("attempts", "doubt", "held", "reason", "state", "sub", "sub_settled")
 
     def __init__(self, sub: Subscriber) -> None:
         self.sub = sub
@@ -167,6 +167,9 @@ class Copy:
         self.attempts = 0  # deliveries so far, counting the first
         self.reason = ""  # why it failed, for the publisher's outcome
         self.sub_settled = False  # the subscriber settled its side
+        # Sent on a link that broke before the subscriber answered, and queued again for it:
+        # it may have processed it (shared groups at QoS 2 keep it from other members).
+        self.doubt = False
 
 
 class Role(IntEnum):
