@@ -3,6 +3,7 @@
     python -m benchmarks.mqtt                 # QoS 1 and 2, 1 -> 1 and 1 -> 4 (under 2 minutes)
     python -m benchmarks.mqtt --quick         # a few seconds; a smoke check
     python -m benchmarks.mqtt --qos 2 --subs 1 --count 10000 --server exactmesh
+    python -m benchmarks.mqtt --shared --subs 3     # a shared group of 3 ($share/bench/...)
 
 For each scenario it starts a fresh mosquitto (a small config file on a free loopback port,
 `persistence false`, stopped by PID) and a fresh exactmesh router (`--mqtt`), and runs the
@@ -18,9 +19,12 @@ higher for a broker that queues what its subscribers have not taken yet), latenc
 p50/p99 (publish to PUBACK/PUBCOMP at the publisher), server CPU microseconds per message
 (utime+stime from /proc/PID/stat across the run), the clients' CPU per message, and the
 exactmesh/mosquitto ratio. Counts are checked: every subscriber got every message the
-publisher finished, and at QoS 2 none twice. Each run is bounded (`--max-seconds`): a slow
-server sends fewer messages, it does not stretch the run. Machine load (load average, and
-CPU used by processes outside the benchmark during each run) is printed with the figures.
+publisher finished, and at QoS 2 none twice. With `--shared` the subscribers are one shared
+group (`$share/bench/...`, a member per subscriber process): the group got every message the
+publisher finished, and at QoS 2 no member got one another member got. Each run is bounded
+(`--max-seconds`): a slow server sends fewer messages, it does not stretch the run. Machine
+load (load average, and CPU used by processes outside the benchmark during each run) is
+printed with the figures.
 
 mosquitto (Debian package `mosquitto`) is installed with apt-get when it is missing and the
 benchmark runs as root.
@@ -50,6 +54,7 @@ CLK_TCK = os.sysconf("SC_CLK_TCK")
 MOSQUITTO = "/usr/sbin/mosquitto"
 READY_TIMEOUT_S = 20.0
 SUB_GRACE_S = 5.0  # after the publisher finished, how long subscribers get to catch up
+SHARED_QUIET_S = 0.5  # a group member is done when nothing came for this long after the end
 PAYLOAD_SIZE = 100
 TOPIC = "bench/mqtt/t"
 
@@ -82,16 +87,18 @@ def run_subscriber(args: argparse.Namespace) -> None:
     seen = bytearray(args.count)
     counts = {"received": 0, "dup": 0, "bad": 0, "dup_flag": 0}
     last = [0.0]  # when the newest distinct message arrived (time.monotonic)
+    last_any = [time.monotonic()]
 
     def on_connect(client: Any, userdata: Any, flags: Any, rc: Any, props: Any) -> None:
         state["connected"] = True
-        client.subscribe(TOPIC, qos=args.qos)
+        client.subscribe(f"$share/bench/{TOPIC}" if args.shared else TOPIC, qos=args.qos)
 
     def on_subscribe(client: Any, userdata: Any, mid: Any, rcs: Any, props: Any) -> None:
         state["subscribed"] = True
 
     def on_message(client: Any, userdata: Any, msg: Any) -> None:
         counts["received"] += 1
+        last_any[0] = time.monotonic()
         if msg.dup:
             counts["dup_flag"] += 1
         seq = int.from_bytes(msg.payload[:8], "big")
@@ -124,8 +131,11 @@ def run_subscriber(args: argparse.Namespace) -> None:
         if expected:
             if give_up is None:
                 give_up = time.monotonic() + SUB_GRACE_S
-            if counts["received"] - counts["dup"] >= expected[0] or time.monotonic() > give_up:
+            now = time.monotonic()
+            if counts["received"] - counts["dup"] >= expected[0] or now > give_up:
                 break
+            if args.shared and now - last_any[0] > SHARED_QUIET_S:
+                break  # a member gets its share only: done once the group went quiet
     cpu = _cpu_s() - cpu0
     # Linger a moment for late duplicates (a resend would show up here), then report.
     end = time.monotonic() + 0.2
@@ -136,7 +146,7 @@ def run_subscriber(args: argparse.Namespace) -> None:
     print(json.dumps({"received": counts["received"], "distinct": distinct,
                       "dup": counts["dup"], "bad": counts["bad"],
                       "dup_flag": counts["dup_flag"], "cpu_s": cpu, "last_mono": last[0],
-                      "loops": loops}),
+                      "loops": loops, **({"seen": seen.hex()} if args.shared else {})}),
           flush=True)
 
 
@@ -335,6 +345,7 @@ class Run:
     server: str
     qos: int
     subs: int
+    shared: bool = False
     pub: dict[str, Any] = field(default_factory=dict)
     sub: list[dict[str, Any]] = field(default_factory=list)
     server_cpu_s: float = 0.0
@@ -386,7 +397,8 @@ def _spawn_client(role: str, port: int, qos: int, count: int, client_id: str,
                   args: argparse.Namespace) -> subprocess.Popen[str]:
     argv = [sys.executable, "-m", "benchmarks.mqtt", "--role", role, "--port", str(port),
             "--qos", str(qos), "--count", str(count), "--client-id", client_id,
-            "--window", str(args.window), "--max-seconds", str(args.max_seconds)]
+            "--window", str(args.window), "--max-seconds", str(args.max_seconds),
+            *(["--shared"] if args.shared else [])]
     return subprocess.Popen(argv, cwd=REPO, env=_env(), stdin=subprocess.PIPE,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
@@ -401,7 +413,7 @@ def _read_line(p: subprocess.Popen[str], timeout: float) -> str:
 
 
 def run_one(server: Server, qos: int, n_subs: int, args: argparse.Namespace) -> Run:
-    r = Run(server.name, qos, n_subs)
+    r = Run(server.name, qos, n_subs, args.shared)
     server.start()
     assert server.proc is not None
     pid = server.proc.pid
@@ -461,6 +473,9 @@ def _check(r: Run) -> None:
     p = r.pub
     if p.get("unfinished"):
         r.problems.append(f"{p['unfinished']} messages never got PUBACK/PUBCOMP")
+    if r.shared:
+        _check_group(r)
+        return
     for i, s in enumerate(r.sub):
         if s["distinct"] < r.msgs:
             r.problems.append(f"subscriber {i} got {s['distinct']} of {r.msgs} messages")
@@ -470,6 +485,27 @@ def _check(r: Run) -> None:
             r.problems.append(f"subscriber {i} got {s['dup']} duplicates at QoS 2")
     if len(r.sub) < r.subs:
         r.problems.append(f"only {len(r.sub)} of {r.subs} subscribers reported")
+
+
+def _check_group(r: Run) -> None:
+    """A shared group: every message at one member at least, at QoS 2 at exactly one."""
+    if len(r.sub) < r.subs:
+        r.problems.append(f"only {len(r.sub)} of {r.subs} members reported")
+    held = [0] * r.msgs
+    for s in r.sub:
+        seen = bytes.fromhex(s["seen"])
+        for i in range(min(r.msgs, len(seen))):
+            held[i] += seen[i]
+        if s["bad"]:
+            r.problems.append(f"a member got {s['bad']} unknown messages")
+    missing = held.count(0)
+    twice = sum(1 for n in held if n > 1)
+    if missing:
+        r.problems.append(f"the group got {r.msgs - missing} of {r.msgs} messages")
+    if twice and r.qos == 2:
+        r.problems.append(f"{twice} messages went to two members at QoS 2")
+    spread = [bytes.fromhex(s["seen"]).count(1) for s in r.sub]
+    print(f"    group members got {spread} messages, {twice} at two members", flush=True)
 
 
 # ============================================================================ the report
@@ -501,6 +537,7 @@ class Summary:
     sub_us: float | None
     busy: float | None  # CPUs the server and its clients kept busy while messages moved
     other: float | None  # % of one core
+    shared: bool = False  # the subscribers were one shared group
 
 
 def _median(values: list[float | None]) -> float | None:
@@ -526,6 +563,7 @@ def summarize(runs: list[Run]) -> Summary:
                  for r in ok if r.sub]),
         _median([r.busy_cores for r in ok]),
         _median([r.other_cpu_s / r.wall_s * 100 for r in ok if r.wall_s]),
+        bool(runs and runs[0].shared),
     )
 
 
@@ -564,7 +602,7 @@ def report(pairs: list[tuple[Summary, Summary, Paired]]) -> list[str]:
     ratios = []
     for em, mq, paired in pairs:
         ran = [r for r in (em, mq) if r.server != "-"]  # one side only with --server
-        name = f"QoS {ran[0].qos}, 1 -> {ran[0].subs}"
+        name = f"QoS {ran[0].qos}, 1 -> {ran[0].subs}" + (" shared" if ran[0].shared else "")
         for r in ran:
             lines.append(
                 f"| {name} | {r.server} | {_f(r.rate)} | {_f(r.pub_rate)} | "
@@ -602,6 +640,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--router-arg", action="append", default=[],
                     help="an extra option for the exactmesh router (repeat)")
     ap.add_argument("--quick", action="store_true", help="QoS 2, 1 -> 1, 1000 messages")
+    ap.add_argument("--shared", action="store_true",
+                    help="the subscribers are members of one shared group ($share/bench/...)")
     args = ap.parse_args(argv)
     if args.role == "sub":
         args.qos = args.qos[0]

@@ -209,6 +209,17 @@ def test_mqtt_exactmesh() -> None:
     assert "RESULT: every subscriber got every message (at QoS 2 exactly once)" in out
 
 
+def test_mqtt_shared_group() -> None:
+    """The shared-subscription scenario: subscribers as one group, each message at one."""
+    out = run_benchmark("mqtt", "--server", "exactmesh", "--shared", "--qos", "2",
+                        "--subs", "2", "--count", "300", "--repeat", "1")
+    rows = mqtt_rows(out)
+    assert sorted(rows) == ["QoS 2, 1 -> 2 shared exactmesh"], out
+    check_mqtt_row(rows["QoS 2, 1 -> 2 shared exactmesh"])
+    assert re.search(r"group members got \[\d+, \d+\] messages, 0 at two members", out), out
+    assert "RESULT: every subscriber got every message (at QoS 2 exactly once)" in out
+
+
 def test_mqtt_next_to_mosquitto() -> None:
     """Both servers and their ratio, when the mosquitto broker is installed (Debian package
     `mosquitto`; `make test` installs only mosquitto-clients). Never installs it: the
