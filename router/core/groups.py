@@ -120,15 +120,22 @@ class GroupsMixin:
                 groups.setdefault(sub.filter, []).append(
                     _Member(sub.key, sid, None, sub.link is not None))
         if len(self._shared_remote):
-            meta = self._remote_meta
             for router, key in self._shared_remote.match(address):
-                m = meta.get(key)
-                if m is not None and key not in seen:
+                group = self._group_of(router, key)
+                if group is not None and key not in seen:
                     # (AWAY: a warm member of a lost router, chosen only if no member is
                     # attached; its part waits for it to come back.)
-                    groups.setdefault(m[0], []).append(
+                    groups.setdefault(group, []).append(
                         _Member(key, None, router, router != AWAY))
         return groups
+
+    def _group_of(self: Engine, router: str, key: str) -> str | None:
+        """The whole `$share/...` filter of remote member `key` (at `router`, or AWAY)."""
+        if router == AWAY:
+            away = self._away.get(key)
+            return away.filter if away is not None else None
+        meta = self._remote_meta.get(key)
+        return meta[0] if meta is not None else None
 
     @staticmethod
     def _choose(msg_id: str, members: list[_Member], tried: list[str]) -> _Member | None:
