@@ -395,10 +395,11 @@ class Run:
 
 def _spawn_client(role: str, port: int, qos: int, count: int, client_id: str,
                   args: argparse.Namespace) -> subprocess.Popen[str]:
+    # (`args` may be another benchmark's, which has no --shared: benchmarks.relay_router.)
     argv = [sys.executable, "-m", "benchmarks.mqtt", "--role", role, "--port", str(port),
             "--qos", str(qos), "--count", str(count), "--client-id", client_id,
             "--window", str(args.window), "--max-seconds", str(args.max_seconds),
-            *(["--shared"] if args.shared else [])]
+            *(["--shared"] if getattr(args, "shared", False) else [])]
     return subprocess.Popen(argv, cwd=REPO, env=_env(), stdin=subprocess.PIPE,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
@@ -413,7 +414,7 @@ def _read_line(p: subprocess.Popen[str], timeout: float) -> str:
 
 
 def run_one(server: Server, qos: int, n_subs: int, args: argparse.Namespace) -> Run:
-    r = Run(server.name, qos, n_subs, args.shared)
+    r = Run(server.name, qos, n_subs, getattr(args, "shared", False))
     server.start()
     assert server.proc is not None
     pid = server.proc.pid
