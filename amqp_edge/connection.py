@@ -46,7 +46,13 @@ from router.core.message import (
     with_redelivery,
 )
 from router.core.records import ALL, MODES, LinkIdentity
-from router.core.topics import SHARE_PREFIX, TopicError, validate_filter, validate_topic
+from router.core.topics import (
+    SHARE_PREFIX,
+    TopicError,
+    split_shared,
+    validate_filter,
+    validate_topic,
+)
 
 from . import pn
 from .expect import ExpectError, expected, pre_register
@@ -63,6 +69,13 @@ DELIVERY_MODE_PROPERTY = symbol("delivery-mode")
 INVALID_FIELD = "amqp:invalid-field"
 NOT_IMPLEMENTED = "amqp:not-implemented"
 NOT_FOUND = "amqp:not-found"
+UNAUTHORIZED = "amqp:unauthorized-access"
+# Until AMQP clients can log in (SASL PLAIN), they are anonymous (docs/security.md).
+NO_LOGIN_YET = (
+    "this router admits only clients that log in (--password-file / --acl-file without "
+    "--allow-anonymous), and AMQP clients cannot log in yet (SASL PLAIN is not built): "
+    "connect over MQTT with a user name, or start the router with --allow-anonymous to let "
+    "AMQP clients in under the ACL file's anonymous rules")
 SIZE_EXCEEDED = "amqp:link:message-size-exceeded"
 DECODE_ERROR = "amqp:decode-error"
 DETACH_FORCED = "amqp:link:detach-forced"
@@ -170,6 +183,12 @@ class AmqpConnection:
         if t == Event.CONNECTION_REMOTE_OPEN:
             if self.connection.state & Endpoint.LOCAL_UNINIT:
                 self.connection.open()
+                if not self.node.policy.anonymous_allowed:
+                    self.node.policy.refusals["anonymous"] += 1
+                    log.warning("connection %s (container %r): refused: %s", self.peer,
+                                self.connection.remote_container, NO_LOGIN_YET)
+                    self.connection.condition = Condition(UNAUTHORIZED, NO_LOGIN_YET)
+                    self.connection.close()
         elif t == Event.SESSION_REMOTE_OPEN:
             if event.session.state & Endpoint.LOCAL_UNINIT:
                 event.session.open()
@@ -230,6 +249,10 @@ class AmqpConnection:
         anonymous = address is None  # anonymous relay: each message's `to` is its topic
         if not anonymous:
             validate_topic(address)
+            if not self.node.policy.may_publish(None, ident.container, address):
+                self._refuse(link, UNAUTHORIZED, f"not authorized to publish to {address!r} "
+                             "(the ACL file's rules for anonymous clients)")
+                return
         props = link.remote_properties or {}
         mode = str(props.get(DELIVERY_MODE_PROPERTY, ALL))
         if mode not in MODES:
@@ -270,6 +293,13 @@ class AmqpConnection:
         else:
             topic_filter = validate_filter(shared_filter(source.address or "",
                                                          link.remote_properties))
+            shared = split_shared(topic_filter)
+            inner = shared[1] if shared is not None else topic_filter
+            if not self.node.policy.may_subscribe(None, ident.container, inner):
+                self._refuse(link, UNAUTHORIZED, f"not authorized to read all of {inner!r} "
+                             "(the ACL file's rules for anonymous clients; a wildcard must "
+                             "stay within what they may read)")
+                return
         declared, gen = subscriber_resume(link.remote_properties)
         presettled = link.remote_snd_settle_mode == Link.SND_SETTLED
         # A receiver that joined a shared group by link property sees its own address.
@@ -431,7 +461,15 @@ class AmqpConnection:
                 raise TopicError("a message on a link with no target address (anonymous relay) "
                                  "needs a `to` property naming its topic; set the message's "
                                  "address, or attach a sender whose target is the topic")
-            return validate_topic(to)
+            topic = validate_topic(to)
+            if not self.node.policy.may_publish(None, ls.client, topic):
+                log.warning("connection %s: rejected a message from %s: not authorized to "
+                            "publish to %r", self.peer, ls.label, topic)
+                self.engine.handle(ev.MessageRefused(
+                    self._now, ls.id, tag, UNAUTHORIZED, f"not authorized to publish to "
+                    f"{topic!r} (the ACL file's rules for anonymous clients)", settled))
+                return None
+            return topic
         except (TopicError, MalformedMessage) as err:
             log.warning("connection %s: rejected a message from %s: %s", self.peer, ls.label,
                         err)

@@ -39,7 +39,8 @@ from router.core.engine import NO_SUBSCRIBERS, Disposition
 from router.core.events import NO_LOCAL
 from router.core.failover import LINK_STOLEN
 from router.core.records import ALL, LinkIdentity
-from router.core.topics import SHARE_PREFIX
+from router.core.topics import SHARE_PREFIX, split_shared
+from router.security.policy import BAD_CREDENTIALS, NOT_AUTHORIZED, Refusal
 
 from . import mapping, retained
 from .codec import MQTT_5, PLAIN_ACK_SHIFT, Decoder, ProtocolError, encode, encode_plain_publish
@@ -296,6 +297,7 @@ class MqttConnection:
         self.connected = False  # CONNACK sent
         self.session: SessionState | None = None
         self.client_id = ""
+        self.username: str | None = None  # as authenticated (router/security/policy.py)
         self.keep_alive = 0.0
         self.last_heard = self._now = node.now()
         self.pub: PubLink | None = None
@@ -397,6 +399,28 @@ class MqttConnection:
                 reason_string=message[:REASON_STRING_MAX])), Disconnect(code))
         self._close_with(reply)
 
+    def _admitted(self, c: Connect, client_id: str) -> bool:
+        """Whether the policy lets this client in (docs/security.md); if not, it is answered
+        with CONNACK 0x86 / 0x87 (3.1.1: return code 4 / 5) and closed. A will to a topic it
+        may not publish to is refused here too: it could not be published later."""
+        policy = self.node.policy
+        refusal = policy.authenticate(c.username, c.password)
+        if refusal is None and c.will is not None and not policy.may_publish(
+                c.username, client_id, c.will.topic):
+            refusal = Refusal(NOT_AUTHORIZED, f"its will topic {c.will.topic!r} is not one it "
+                              "may publish to (the ACL file)")
+        if refusal is None:
+            return True
+        code = RC.BAD_USER_NAME_OR_PASSWORD if refusal.kind == BAD_CREDENTIALS \
+            else RC.NOT_AUTHORIZED
+        log.warning("mqtt connection %s (client %r): refused, %s: %s", self.peer, client_id,
+                    reason_name(code.value), refusal.detail)
+        props = EMPTY_PROPERTIES
+        if self.version == MQTT_5 and c.properties.request_problem_information != 0:
+            props = Properties(reason_string=f"{refusal.kind}: {refusal.detail}"[:256])
+        self._close_with(encode(ConnAck(False, code.value, props), self.version))
+        return False
+
     def _who(self) -> str:
         return f" (client {self.client_id!r})" if self.client_id else ""
 
@@ -411,6 +435,9 @@ class MqttConnection:
         if not client_id:
             client_id = assigned = "exactmesh-" + secrets.token_hex(8)
         self.client_id = client_id
+        if not self._admitted(c, client_id):
+            return
+        self.username = c.username
         self.keep_alive = float(c.keep_alive)
         if v5:
             if props.receive_maximum:
@@ -571,6 +598,10 @@ class MqttConnection:
                     return  # closed with a protocol error
                 topic = aliased
             expiry = props.message_expiry_interval
+        policy = self.node.policy
+        if not policy.open and not policy.may_publish(self.username, self.client_id, topic):
+            self._forbidden_publish(p, topic)
+            return
         qos = p.qos
         if qos == 0:
             self._q0_tag += 1
@@ -602,6 +633,25 @@ class MqttConnection:
             self.awaiting[tag] = (p.packet_id, qos)  # type: ignore[assignment]
         self.engine.handle(ev.MessageArrived(self._now, pub.id, tag, payload, qos == 0, None,
                                              expiry * 1000 if expiry else None, topic, p.dup))
+
+    def _forbidden_publish(self, p: Publish, topic: str) -> None:
+        """A PUBLISH to a topic the ACL file does not let this client publish to: 5.0 gets
+        PUBACK / PUBREC 0x87 (a QoS 0 one is dropped: it has no answer); 3.1.1 cannot be told,
+        so the connection is closed rather than acknowledged falsely (docs/security.md)."""
+        why = f"not authorized to publish to {topic!r} (the ACL file)"
+        if self.version != MQTT_5:
+            log.warning("mqtt connection %s (client %r, MQTT 3.1.1): %s; closed, since 3.1.1 "
+                        "cannot be told", self.peer, self.client_id, why)
+            self._close_with(b"")
+            return
+        log.warning("mqtt connection %s (client %r): %s", self.peer, self.client_id, why)
+        if p.qos == 0 or p.packet_id is None:
+            return
+        props = Properties(reason_string=why) if self.problem_info else EMPTY_PROPERTIES
+        code = RC.NOT_AUTHORIZED.value
+        ack = PubAck(p.packet_id, code, props) if p.qos == 1 else PubRec(p.packet_id, code, props)
+        self.out += self._fit(ack, PubAck(p.packet_id, code) if p.qos == 1
+                              else PubRec(p.packet_id, code))
 
     def _alias(self, alias: int, topic: str) -> str | None:
         """The topic a PUBLISH with Topic Alias `alias` goes to (MQTT 5 section 3.3.2.3.4):
@@ -705,8 +755,12 @@ class MqttConnection:
         assert self.session is not None
         codes = []
         wanted = []  # (filter, granted QoS, Retain Handling, existed): for retained messages
+        policy = self.node.policy
         for sub in s.subscriptions:
             f = sub.topic_filter
+            if not policy.open and not self._may_subscribe(f):
+                codes.append(RC.NOT_AUTHORIZED.value if self.version == MQTT_5 else 0x80)
+                continue
             qos = sub.qos
             # The session keeps the options that outlive the SUBSCRIBE (the engine and the
             # mesh carry them too, for a restart or a takeover): QoS, and No Local.
@@ -730,6 +784,17 @@ class MqttConnection:
             if handling == 0 or (handling == 1 and not existed):
                 self._send_retained(f, qos)
         self._recredit()
+
+    def _may_subscribe(self, topic_filter: str) -> bool:
+        """Whether the ACL file lets this client subscribe with `topic_filter` (a shared
+        one's inner filter); a refusal is logged (SUBACK 0x87, 3.1.1: 0x80)."""
+        shared = split_shared(topic_filter)
+        inner = shared[1] if shared is not None else topic_filter
+        if self.node.policy.may_subscribe(self.username, self.client_id, inner):
+            return True
+        log.warning("mqtt connection %s (client %r): not authorized to subscribe to %r (the "
+                    "ACL file)", self.peer, self.client_id, topic_filter)
+        return False
 
     def _send_retained(self, topic_filter: str, sub_qos: int) -> None:
         """The retained messages matching a new subscription, straight from this router's

@@ -82,6 +82,16 @@ def _router_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--relay-waiting-limit", type=int, metavar="N",
                    help="deliveries that may wait in the relay store at once before "
                    "publishers wait too (default 100000)")
+    security = p.add_argument_group("clients' security (docs/security.md)")
+    security.add_argument("--password-file", metavar="FILE",
+                          help="users and password hashes in mosquitto's password_file format "
+                          "(made with mosquitto_passwd); MQTT clients log in with them")
+    security.add_argument("--acl-file", metavar="FILE",
+                          help="per-topic rules in mosquitto's acl_file format; what it does "
+                          "not allow is refused")
+    security.add_argument("--allow-anonymous", action="store_const", const=True, default=None,
+                          help="let clients without a user name connect although a password "
+                          "or ACL file is given (they get the ACL file's anonymous rules)")
     mesh = p.add_argument_group("mesh (other routers)")
     mesh.add_argument("--listen", metavar="HOST:PORT", help="where peer routers connect")
     mesh.add_argument("--connect", metavar="HOST:PORT", action="append",
@@ -217,9 +227,12 @@ def run_router(config: RouterConfig) -> int:
     )
     from relay.store import StoreError
 
+    from .security.policy import PolicyError
+
     try:
         node = Node(config)
-    except StoreError as err:  # --relay-store: missing, not writable, in use, other version
+    except (StoreError, PolicyError) as err:  # --relay-store: missing, not writable, in
+        # use, other version; --password-file / --acl-file: missing or malformed
         print(f"exactmesh: error: {err}", file=sys.stderr)
         return EXIT_USAGE
     try:

@@ -80,6 +80,17 @@ class RouterConfig:
     peer_tls_cert: str = ""
     peer_tls_key: str = ""
     peer_tls_ca: str = ""
+    # Clients (docs/security.md): users in mosquitto's password_file format, per-topic rules
+    # in its acl_file format. With either, anonymous clients are refused unless allowed.
+    password_file: str = ""
+    acl_file: str = ""
+    allow_anonymous: bool = False
+
+    @property
+    def anonymous_allowed(self) -> bool:
+        """Whether a client without a user name may connect (mosquitto 2's rule: only when
+        neither a password file nor an ACL file is configured, or when told so)."""
+        return self.allow_anonymous or not (self.password_file or self.acl_file)
 
     def secret(self) -> bytes:
         """The cluster secret, from the file if one is named (keeps it out of `ps`)."""
@@ -170,6 +181,16 @@ def _positive_float(v: Any) -> float:
     return float(v)
 
 
+def _bool(v: Any) -> bool:
+    if isinstance(v, bool):
+        return v
+    if str(v).lower() in ("true", "yes", "on", "1"):
+        return True
+    if str(v).lower() in ("false", "no", "off", "0"):
+        return False
+    raise ValueError
+
+
 def _choice(*allowed: str):
     def convert(v: Any) -> str:
         if str(v) not in allowed:
@@ -226,6 +247,9 @@ OPTIONS: dict[str, tuple[str, Any, str]] = {
     "peer-tls-cert": ("peer_tls_cert", str, "a PEM certificate chain file"),
     "peer-tls-key": ("peer_tls_key", str, "a PEM private key file"),
     "peer-tls-ca": ("peer_tls_ca", str, "a PEM file of CA certificates"),
+    "password-file": ("password_file", str, "a mosquitto password file (mosquitto_passwd)"),
+    "acl-file": ("acl_file", str, "a mosquitto ACL file"),
+    "allow-anonymous": ("allow_anonymous", _bool, "true or false"),
 }
 assert {f for f, _, _ in OPTIONS.values()} == {f.name for f in fields(RouterConfig)}
 

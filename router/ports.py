@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 if TYPE_CHECKING:
     from router.config import RouterConfig
     from router.core.engine import Engine
+    from router.security.policy import Policy
 
 # A mesh item sharing an MQTT retained message (mqtt_edge/retained.py, `Retained.wire`).
 RetainedItem = list[Any]
@@ -115,6 +116,7 @@ class RuntimePort(Protocol):
     stopping: bool  # shutting down: new connections are closed at once
     mesh: MeshPort | None  # the mesh node, when the router has peers (`attach_mesh`)
     relay_store: RelayStorePort | None  # `--relay-store` (docs/relay.md), else None
+    policy: Policy  # who may connect, publish, subscribe and read (docs/security.md)
 
     def now(self) -> float:
         """The runtime's clock (monotonic seconds), the `now` every engine call takes."""

@@ -25,6 +25,7 @@ from router.core.events import Restored, TimePassed
 from router.nodeloop import NodeLoop
 from router.ports import EdgeConnection, MeshPort
 from router.runtime.relay_store import RouterRelayStore
+from router.security.policy import Policy, PolicyError
 
 log = logging.getLogger("exactmesh.router")
 
@@ -53,6 +54,9 @@ class Node:
         if config.relay_store:
             self.relay_store = RouterRelayStore(config.relay_store, config.id)
             self.loop.store = self.relay_store
+        # Who may connect, publish, subscribe and read (docs/security.md). Raises PolicyError
+        # for a password or ACL file that cannot be used.
+        self.policy = Policy(config.password_file, config.acl_file, config.allow_anonymous)
         self.connections: set[EdgeConnection] = set()
         self.stopping = False
         self._timer_scope: trio.CancelScope | None = None  # the timer's sleep, while it sleeps
@@ -149,8 +153,12 @@ class Node:
                      mesh_note, http_note)
             log.info("router %s: per-message modules %s", self.config.id, accel.describe())
             task_status.started(addr)
-            with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+            with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT,
+                                           signal.SIGHUP) as signals:
                 async for signum in signals:
+                    if signum == signal.SIGHUP:
+                        self._reload_policy()
+                        continue
                     log.info("router %s: %s received, shutting down",
                              self.config.id, signal.Signals(signum).name)
                     break
@@ -158,6 +166,16 @@ class Node:
             if runtime is not None:
                 runtime.close(f"router {self.config.id} is shutting down")
             nursery.cancel_scope.cancel()
+
+    def _reload_policy(self) -> None:
+        """SIGHUP: read the password and ACL files again; a file that cannot be used is
+        refused, naming the line, and the rules in force stay."""
+        try:
+            self.policy.reload()
+        except PolicyError as err:
+            log.error("router %s: SIGHUP: %s; the rules in force stay", self.config.id, err)
+            return
+        log.info("router %s: SIGHUP: password and ACL files read again", self.config.id)
 
     def _restore(self) -> Any:
         """With a relay store: the warm subscribers of the last run come back, away (durable

@@ -246,7 +246,9 @@ def health(node: Node) -> JsonBody:
     engine = node.engine
     return {"router": node.config.id, "publishers": len(engine.publishers),
             "subscribers": len(engine.subscribers), "records": len(engine.records),
-            "stats": dataclasses.asdict(engine.stats)}
+            "stats": dataclasses.asdict(engine.stats),
+            # Clients refused by the security policy, by kind (docs/security.md).
+            "refusals": dict(node.policy.refusals)}
 
 
 # ------------------------------------------------------------------ the client

@@ -76,6 +76,7 @@ from router.core.actions import Accepted, CloseLink, Credit, Decide, Send, Settl
 from router.core.engine import Disposition
 from router.core.message import DATA, binary, encode_message
 from router.core.records import ALL, LinkIdentity, outgoing_tag
+from router.security.policy import Policy
 
 from .checker import Violation
 
@@ -117,6 +118,7 @@ class SimRuntime:
         self.taps: dict[Any, Callable[[int, Any], Any]] = {}
         self.stopping = False
         self.relay_store = None  # the simulated routers have no relay store (yet)
+        self.policy = Policy()  # open: the simulator's devices need no credentials
         self.state = MqttState(self)  # after the mesh is attached: the retained store joins it
 
     @property

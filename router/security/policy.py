@@ -1,0 +1,96 @@
+"""What a router's client edges ask about security: may this client connect, publish to this
+topic, subscribe to this filter, be sent this message (docs/security.md).
+
+One `Policy` per router, made from its configuration (`--password-file`, `--acl-file`,
+`--allow-anonymous`) and read again on SIGHUP (`reload`): a file that does not parse is
+refused with its error, and the rules in force stay. With neither file every client may do
+everything, as before. Counters of refusals by kind go to the health report.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+
+from router.security.acl import Acl, AclFileError, load_acl_file
+from router.security.passwords import PasswordFileError, Passwords, load_password_file
+
+# Why a connection is refused (the MQTT edge maps them to its reason codes).
+BAD_CREDENTIALS = "bad user name or password"
+NOT_AUTHORIZED = "not authorized"
+
+
+class PolicyError(ValueError):
+    """A password or ACL file that cannot be used; the message names the file and line."""
+
+
+@dataclass(frozen=True, slots=True)
+class Refusal:
+    kind: str  # BAD_CREDENTIALS or NOT_AUTHORIZED
+    detail: str  # for the log line: what was wrong (never the password)
+
+
+class Policy:
+    def __init__(self, password_file: str = "", acl_file: str = "",
+                 allow_anonymous: bool = False) -> None:
+        self.password_file = password_file
+        self.acl_file = acl_file
+        # mosquitto 2's rule: with a password file or an ACL file, a client without a user
+        # name is refused unless allowed.
+        self.anonymous_allowed = allow_anonymous or not (password_file or acl_file)
+        self.passwords: Passwords | None = None
+        self.acl: Acl | None = None
+        self.refusals: Counter[str] = Counter()
+        self.reload()
+
+    @property
+    def open(self) -> bool:
+        """No rules at all: every client may do everything (no per-message checks)."""
+        return self.passwords is None and self.acl is None
+
+    def reload(self) -> None:
+        """Read both files again. Raises `PolicyError` (keeping the rules in force) if either
+        cannot be used."""
+        try:
+            passwords = load_password_file(self.password_file) if self.password_file else None
+            acl = load_acl_file(self.acl_file) if self.acl_file else None
+        except (PasswordFileError, AclFileError) as err:
+            raise PolicyError(str(err)) from None
+        self.passwords, self.acl = passwords, acl
+
+    def authenticate(self, username: str | None, password: bytes | None) -> Refusal | None:
+        """None if a client with these credentials may connect, else why not."""
+        if username is None:
+            if self.anonymous_allowed:
+                return None
+            return self._refuse(NOT_AUTHORIZED, "no user name, and anonymous clients are not "
+                                "allowed (give a user name and password, or start the router "
+                                "with --allow-anonymous)")
+        if self.passwords is None:
+            return None  # a user name without a password file: it names the ACL's user
+        if password is None or not self.passwords.check(username, password):
+            return self._refuse(BAD_CREDENTIALS, f"user {username!r}: unknown user or wrong "
+                                "password")
+        return None
+
+    def may_publish(self, username: str | None, client_id: str, topic: str) -> bool:
+        if self.acl is None or self.acl.may_publish(username, client_id, topic):
+            return True
+        self.refusals["publish"] += 1
+        return False
+
+    def may_subscribe(self, username: str | None, client_id: str, topic_filter: str) -> bool:
+        """Whether the ACL lets this client read every topic `topic_filter` matches (see
+        `Acl.may_read_all`: mosquitto accepts wider filters and checks each message; this
+        router refuses them, so nothing is checked per message)."""
+        if self.acl is None or self.acl.may_read_all(username, client_id, topic_filter):
+            return True
+        self.refusals["subscribe"] += 1
+        return False
+
+    def may_read(self, username: str | None, client_id: str, topic: str) -> bool:
+        return self.acl is None or self.acl.may_read(username, client_id, topic)
+
+    def _refuse(self, kind: str, detail: str) -> Refusal:
+        self.refusals[kind] += 1
+        return Refusal(kind, detail)
