@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import math
+import ssl
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
@@ -26,21 +27,54 @@ log = logging.getLogger("exactmesh.amqp")
 
 READ_SIZE = 64 * 1024
 CLOSE_GRACE = 2.0  # seconds a closing connection gets to send its last frames
+TLS_HANDSHAKE_TIMEOUT = 10.0  # a client that stalls in the TLS handshake is closed after it
 
 
 async def serve_amqp(
-    node: RuntimePort, where: HostPort, *, task_status: Any = trio.TASK_STATUS_IGNORED
+    node: RuntimePort, where: HostPort, *, tls: ssl.SSLContext | None = None,
+    task_status: Any = trio.TASK_STATUS_IGNORED,
 ) -> None:
-    listeners = await trio.open_tcp_listeners(where.port, host=where.host)
+    """Serve AMQP clients at `where`; over TLS with the server context `tls` (`--amqps`)."""
+    listeners: Any
+    if tls is None:
+        listeners = await trio.open_tcp_listeners(where.port, host=where.host)
+    else:
+        listeners = await trio.open_ssl_over_tcp_listeners(where.port, tls, host=where.host)
     task_status.started(listeners)
     await trio.serve_listeners(partial(_serve_connection, node), listeners)
 
 
-async def _serve_connection(node: RuntimePort, stream: trio.SocketStream) -> None:
+def _socket(stream: trio.abc.Stream) -> Any:
+    return stream.transport_stream.socket if isinstance(stream, trio.SSLStream) \
+        else stream.socket  # type: ignore[attr-defined]
+
+
+async def _tls_handshake(stream: trio.SSLStream, peer: str) -> bool:
+    """Run the TLS handshake first, with a deadline; a failure is one log line (a plain
+    AMQP client at a TLS port, an untrusted or missing client certificate, garbage)."""
+    with trio.move_on_after(TLS_HANDSHAKE_TIMEOUT):
+        try:
+            await stream.do_handshake()
+            return True
+        except (trio.BrokenResourceError, trio.ClosedResourceError) as err:
+            cause = err.__cause__ or err
+            log.warning("connection %s: TLS handshake failed: %s", peer, cause)
+            return False
+    log.warning("connection %s: no TLS handshake within %g s; closed", peer,
+                TLS_HANDSHAKE_TIMEOUT)
+    return False
+
+
+async def _serve_connection(node: RuntimePort, stream: trio.abc.Stream) -> None:
     try:
-        peer = "{}:{}".format(*stream.socket.getpeername()[:2])
+        peer = "{}:{}".format(*_socket(stream).getpeername()[:2])
     except OSError:
         peer = "?"
+    if isinstance(stream, trio.SSLStream) and not await _tls_handshake(stream, peer):
+        with trio.move_on_after(0.5) as scope:
+            scope.shield = True
+            await trio.aclose_forcefully(stream)
+        return
     conn = AmqpConnection(node, peer)
     if node.stopping:
         conn.shutdown(f"router {node.config.id} is shutting down")
@@ -69,7 +103,7 @@ async def _serve_connection(node: RuntimePort, stream: trio.SocketStream) -> Non
             await stream.aclose()
 
 
-async def _reader(conn: AmqpConnection, stream: trio.SocketStream) -> None:
+async def _reader(conn: AmqpConnection, stream: trio.abc.Stream) -> None:
     transport = conn.transport
     while True:
         cap = transport.capacity()
@@ -107,7 +141,7 @@ class _Wake:
 
 
 async def _writer(
-    conn: AmqpConnection, stream: trio.SocketStream, wake: _Wake, scope: trio.CancelScope
+    conn: AmqpConnection, stream: trio.abc.Stream, wake: _Wake, scope: trio.CancelScope
 ) -> None:
     transport = conn.transport
     next_tick = 0.0

@@ -92,6 +92,18 @@ def _router_parser(sub: argparse._SubParsersAction) -> None:
     security.add_argument("--allow-anonymous", action="store_const", const=True, default=None,
                           help="let clients without a user name connect although a password "
                           "or ACL file is given (they get the ACL file's anonymous rules)")
+    security.add_argument("--amqps", metavar="HOST:PORT",
+                          help="where to accept AMQP clients over TLS (with --tls-cert and "
+                          "--tls-key)")
+    security.add_argument("--tls-cert", metavar="FILE",
+                          help="PEM certificate chain of the client TLS listeners (read "
+                          "again on SIGHUP)")
+    security.add_argument("--tls-key", metavar="FILE", help="PEM private key of that chain")
+    security.add_argument("--tls-ca", metavar="FILE",
+                          help="PEM CA certificates that sign clients' certificates")
+    security.add_argument("--tls-client-cert", choices=["none", "optional", "required"],
+                          help="whether clients must present a certificate signed by --tls-ca "
+                          "(default none)")
     mesh = p.add_argument_group("mesh (other routers)")
     mesh.add_argument("--listen", metavar="HOST:PORT", help="where peer routers connect")
     mesh.add_argument("--connect", metavar="HOST:PORT", action="append",

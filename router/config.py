@@ -85,6 +85,13 @@ class RouterConfig:
     password_file: str = ""
     acl_file: str = ""
     allow_anonymous: bool = False
+    # TLS for clients (docs/security.md): AMQP over TLS at `amqps`, with this certificate
+    # chain and key; client certificates checked against `tls_ca` as `tls_client_cert` says.
+    amqps: HostPort | None = None
+    tls_cert: str = ""
+    tls_key: str = ""
+    tls_ca: str = ""
+    tls_client_cert: str = "none"  # none | optional | required
 
     @property
     def anonymous_allowed(self) -> bool:
@@ -126,6 +133,35 @@ class RouterConfig:
                 _tls_context(ssl.PROTOCOL_TLS_CLIENT, self.peer_tls_cert, self.peer_tls_key,
                              self.peer_tls_ca))
 
+    def client_tls(self) -> ssl.SSLContext | None:
+        """The server-side TLS context of the client listeners (`amqps`), or None without
+        one. Loads the files: `build` calls it, so a bad file stops the router at start;
+        `load_client_tls` loads them again into the same context (SIGHUP)."""
+        if self.amqps is None:
+            return None
+        if not (self.tls_cert and self.tls_key):
+            raise ConfigError("amqps needs tls-cert and tls-key: the router's certificate "
+                              "chain and its private key (PEM files)")
+        if self.tls_client_cert != "none" and not self.tls_ca:
+            raise ConfigError(f"tls-client-cert {self.tls_client_cert} needs tls-ca: the CA "
+                              "certificates that sign the clients' certificates")
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.minimum_version = ssl.TLSVersion.TLSv1_2
+        context.verify_mode = {"none": ssl.CERT_NONE, "optional": ssl.CERT_OPTIONAL,
+                               "required": ssl.CERT_REQUIRED}[self.tls_client_cert]
+        self.load_client_tls(context)
+        return context
+
+    def load_client_tls(self, context: ssl.SSLContext) -> None:
+        """(Re)load the client listeners' certificate, key and client CAs into `context`."""
+        _load_chain(context, self.tls_cert, self.tls_key, "tls-cert", "tls-key")
+        if self.tls_ca:
+            try:
+                context.load_verify_locations(cafile=self.tls_ca)
+            except (OSError, ssl.SSLError) as err:
+                raise ConfigError(f"tls-ca {self.tls_ca!r}: no PEM CA certificate in it "
+                                  f"({err})") from None
+
     @property
     def peered(self) -> bool:
         """Whether this node links to other routers at all."""
@@ -133,6 +169,28 @@ class RouterConfig:
 
     def cost_to(self, peer: str) -> int:
         return dict(self.link_costs).get(peer, 1)
+
+
+def _load_chain(context: ssl.SSLContext, cert: str, key: str, cert_option: str,
+                key_option: str) -> None:
+    """Load a PEM certificate chain and its unencrypted key, naming the option at fault."""
+    def encrypted() -> str:
+        raise ConfigError(f"{key_option} {key!r}: the key is encrypted; give an unencrypted "
+                          "PEM key readable only by the router's user")
+
+    try:
+        context.load_cert_chain(cert, key, password=encrypted)
+    except FileNotFoundError as err:
+        which = cert_option if err.filename == cert else key_option
+        raise ConfigError(f"{which} {err.filename!r}: no such file") from None
+    except OSError as err:
+        raise ConfigError(f"{cert_option} / {key_option}: {err.strerror}") from None
+    except ssl.SSLError as err:
+        if err.reason == "KEY_VALUES_MISMATCH":
+            raise ConfigError(f"{key_option} {key!r}: does not match the certificate in "
+                              f"{cert_option} {cert!r}") from None
+        raise ConfigError(f"{cert_option} {cert!r} / {key_option} {key!r}: not a PEM "
+                          f"certificate chain and private key ({err})") from None
 
 
 def _tls_context(protocol: int, cert: str, key: str, ca: str) -> ssl.SSLContext:
@@ -250,6 +308,12 @@ OPTIONS: dict[str, tuple[str, Any, str]] = {
     "password-file": ("password_file", str, "a mosquitto password file (mosquitto_passwd)"),
     "acl-file": ("acl_file", str, "a mosquitto ACL file"),
     "allow-anonymous": ("allow_anonymous", _bool, "true or false"),
+    "amqps": ("amqps", None, "HOST:PORT"),
+    "tls-cert": ("tls_cert", str, "a PEM certificate chain file"),
+    "tls-key": ("tls_key", str, "a PEM private key file"),
+    "tls-ca": ("tls_ca", str, "a PEM file of CA certificates"),
+    "tls-client-cert": ("tls_client_cert", _choice("none", "optional", "required"),
+                        "none, optional or required"),
 }
 assert {f for f, _, _ in OPTIONS.values()} == {f.name for f in fields(RouterConfig)}
 
@@ -284,7 +348,7 @@ def build(file_options: dict[str, Any], flag_options: dict[str, Any]) -> RouterC
     values: dict[str, Any] = {}
     for name, raw in merged.items():
         field_name, convert, allowed = OPTIONS[name]
-        if name in ("amqp", "http", "listen", "mqtt"):
+        if name in ("amqp", "amqps", "http", "listen", "mqtt"):
             values[field_name] = parse_hostport(raw, name)
             continue
         if name in ("connect", "uplinks"):
@@ -303,4 +367,5 @@ def build(file_options: dict[str, Any], flag_options: dict[str, Any]) -> RouterC
         raise ConfigError("the cluster secret is empty; put a long random string in "
                           "cluster-secret-file (the same on every router)")
     config.peer_tls()  # a missing or bad TLS file is found now, not at the first peer link
+    config.client_tls()  # likewise for the client listeners
     return config

@@ -19,7 +19,7 @@ from typing import Any
 import trio
 
 from router import accel
-from router.config import ListenError, RouterConfig
+from router.config import ConfigError, ListenError, RouterConfig
 from router.core.engine import Engine, EngineConfig
 from router.core.events import Restored, TimePassed
 from router.nodeloop import NodeLoop
@@ -57,6 +57,9 @@ class Node:
         # Who may connect, publish, subscribe and read (docs/security.md). Raises PolicyError
         # for a password or ACL file that cannot be used.
         self.policy = Policy(config.password_file, config.acl_file, config.allow_anonymous)
+        # The client TLS listeners' context: SIGHUP loads new certificates into it, which
+        # new connections then use (docs/security.md, rotation).
+        self.client_tls = config.client_tls()
         self.connections: set[EdgeConnection] = set()
         self.stopping = False
         self._timer_scope: trio.CancelScope | None = None  # the timer's sleep, while it sleeps
@@ -129,12 +132,18 @@ class Node:
             listeners = await _listening(nursery, "amqp", "AMQP", serve_amqp, self,
                                          self.config.amqp)
             http_note = ""
+            if self.config.amqps is not None:  # AMQP over TLS (docs/security.md)
+                tls = await _listening(nursery, "amqps", "AMQP over TLS",
+                                       partial(serve_amqp, tls=self.client_tls), self,
+                                       self.config.amqps)
+                at = tls[0].transport_listener.socket.getsockname()[:2]
+                http_note += ", amqps {}:{}".format(*at)
             if self.config.http is not None:
                 from .status import serve_status
 
                 http = await _listening(nursery, "http", "HTTP status", serve_status, self,
                                         self.config.http)
-                http_note = ", http {}:{}".format(*http[0].socket.getsockname()[:2])
+                http_note += ", http {}:{}".format(*http[0].socket.getsockname()[:2])
             if self.config.mqtt is not None:  # the MQTT edge (mqtt_edge/server.py)
                 from mqtt_edge.server import serve_mqtt
 
@@ -168,14 +177,23 @@ class Node:
             nursery.cancel_scope.cancel()
 
     def _reload_policy(self) -> None:
-        """SIGHUP: read the password and ACL files again; a file that cannot be used is
-        refused, naming the line, and the rules in force stay."""
+        """SIGHUP: read the password and ACL files again, and the client TLS certificates; a
+        file that cannot be used is refused, naming it, and what is in force stays."""
         try:
             self.policy.reload()
         except PolicyError as err:
             log.error("router %s: SIGHUP: %s; the rules in force stay", self.config.id, err)
-            return
-        log.info("router %s: SIGHUP: password and ACL files read again", self.config.id)
+        else:
+            log.info("router %s: SIGHUP: password and ACL files read again", self.config.id)
+        if self.client_tls is not None:
+            try:
+                self.config.load_client_tls(self.client_tls)
+            except ConfigError as err:
+                log.error("router %s: SIGHUP: %s; the certificate in force stays",
+                          self.config.id, err)
+            else:
+                log.info("router %s: SIGHUP: client TLS certificate read again",
+                         self.config.id)
 
     def _restore(self) -> Any:
         """With a relay store: the warm subscribers of the last run come back, away (durable
