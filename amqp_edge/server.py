@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 import trio
 
 from router.config import HostPort
+from router.security.tls import tls_handshake
 
 from .connection import AmqpConnection
 
@@ -27,7 +28,6 @@ log = logging.getLogger("exactmesh.amqp")
 
 READ_SIZE = 64 * 1024
 CLOSE_GRACE = 2.0  # seconds a closing connection gets to send its last frames
-TLS_HANDSHAKE_TIMEOUT = 10.0  # a client that stalls in the TLS handshake is closed after it
 
 
 async def serve_amqp(
@@ -49,28 +49,12 @@ def _socket(stream: trio.abc.Stream) -> Any:
         else stream.socket  # type: ignore[attr-defined]
 
 
-async def _tls_handshake(stream: trio.SSLStream, peer: str) -> bool:
-    """Run the TLS handshake first, with a deadline; a failure is one log line (a plain
-    AMQP client at a TLS port, an untrusted or missing client certificate, garbage)."""
-    with trio.move_on_after(TLS_HANDSHAKE_TIMEOUT):
-        try:
-            await stream.do_handshake()
-            return True
-        except (trio.BrokenResourceError, trio.ClosedResourceError) as err:
-            cause = err.__cause__ or err
-            log.warning("connection %s: TLS handshake failed: %s", peer, cause)
-            return False
-    log.warning("connection %s: no TLS handshake within %g s; closed", peer,
-                TLS_HANDSHAKE_TIMEOUT)
-    return False
-
-
 async def _serve_connection(node: RuntimePort, stream: trio.abc.Stream) -> None:
     try:
         peer = "{}:{}".format(*_socket(stream).getpeername()[:2])
     except OSError:
         peer = "?"
-    if isinstance(stream, trio.SSLStream) and not await _tls_handshake(stream, peer):
+    if isinstance(stream, trio.SSLStream) and not await tls_handshake(stream, peer, log):
         with trio.move_on_after(0.5) as scope:
             scope.shield = True
             await trio.aclose_forcefully(stream)

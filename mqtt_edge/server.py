@@ -22,15 +22,17 @@ import contextlib
 import logging
 import math
 import socket
+import ssl
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import trio
 
 from router.config import HostPort
+from router.security.tls import tls_handshake
 
 from .persistence import restore_sessions
-from .reactor import Output, Reactor
+from .reactor import READ_SIZE, Output, Reactor
 from .session import MqttConnection, MqttState
 
 if TYPE_CHECKING:
@@ -52,13 +54,22 @@ def start_state(node: RuntimePort) -> MqttState:
 
 async def serve_mqtt(
     node: RuntimePort, where: HostPort, *, state: MqttState | None = None,
-    task_status: Any = trio.TASK_STATUS_IGNORED,
+    tls: ssl.SSLContext | None = None, task_status: Any = trio.TASK_STATUS_IGNORED,
 ) -> None:
-    """Serve MQTT clients at `where`. `state` is the edge's per-router state (sessions,
-    retained store), kept for as long as the edge serves; the router makes it before its
-    mesh links start, with the persistent sessions of its last run (`start_state`)."""
-    listeners = await trio.open_tcp_listeners(where.port, host=where.host)
+    """Serve MQTT clients at `where`; over TLS with the server context `tls` (`--mqtts`).
+    `state` is the edge's per-router state (sessions, retained store), kept for as long as
+    the edge serves and shared by its listeners; the router makes it before its mesh links
+    start, with the persistent sessions of its last run (`start_state`)."""
     state = state or MqttState(node)
+    if tls is not None:
+        # TLS connections are read by a task each (trio's SSLStream), not by the reactor,
+        # which reads plain sockets: TLS records must be decrypted before they are bytes.
+        listeners: Any = await trio.open_ssl_over_tcp_listeners(where.port, tls,
+                                                                host=where.host)
+        task_status.started(listeners)
+        await trio.serve_listeners(partial(_serve_tls_connection, node, state), listeners)
+        return
+    listeners = await trio.open_tcp_listeners(where.port, host=where.host)
     reactor = Reactor(node.now)
     try:
         async with trio.open_nursery() as nursery:
@@ -134,6 +145,67 @@ async def _serve_connection(node: RuntimePort, state: MqttState, reactor: Reacto
             await stream.aclose()
 
 
+class _Writing:
+    """What `_writer` marks while it sends (the reactor's `Output` for plain sockets)."""
+
+    writing = False
+
+
+async def _serve_tls_connection(node: RuntimePort, state: MqttState,
+                                stream: trio.SSLStream) -> None:
+    try:
+        peer = "{}:{}".format(*stream.transport_stream.socket.getpeername()[:2])
+    except OSError:
+        peer = "?"
+    if not await tls_handshake(stream, peer, log):
+        with trio.move_on_after(0.5) as scope:
+            scope.shield = True
+            await trio.aclose_forcefully(stream)
+        return
+    conn = MqttConnection(node, peer, state)
+    wake, resumed, moved = _Wake(), _Wake(), _Wake()
+    conn.on_output = wake.set
+    conn.on_resume = resumed.set
+    conn.on_deadline = moved.set
+    if node.stopping:
+        conn.shutdown(f"router {node.config.id} is shutting down")
+    node.connections.add(conn)
+    try:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(_writer, conn, stream, wake, nursery.cancel_scope, _Writing())
+            nursery.start_soon(_watchdog, conn, moved)
+            await _tls_reader(conn, stream, resumed)
+            wake.set()
+            await trio.sleep(CLOSE_GRACE)  # the writer cancels us sooner once it is done
+            nursery.cancel_scope.cancel()
+    except Exception:  # one connection's failure must never take the router down
+        log.exception("mqtt connection %s failed; closing it", peer)
+        with contextlib.suppress(Exception):
+            conn.abort("internal error in the router; see its log")
+    finally:
+        node.connections.discard(conn)
+        conn.closed()
+        with trio.move_on_after(0.5) as scope:
+            scope.shield = True
+            await stream.aclose()
+
+
+async def _tls_reader(conn: MqttConnection, stream: trio.SSLStream, resumed: _Wake) -> None:
+    """Read a TLS connection until it ends; not while it holds PUBLISHes waiting for
+    publisher credit (back-pressure, as the reactor does for plain sockets)."""
+    while not conn.closing:
+        if conn.paused:
+            await resumed.wait()
+            continue
+        try:
+            data = await stream.receive_some(READ_SIZE)
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            return
+        if not data:
+            return
+        conn.receive(data, trio.current_time())
+
+
 async def _watchdog(conn: MqttConnection, moved: _Wake) -> None:
     """Closes a connection silent for 1.5 x its keep-alive (or without CONNECT in time).
 
@@ -151,8 +223,8 @@ async def _watchdog(conn: MqttConnection, moved: _Wake) -> None:
 
 
 async def _writer(
-    conn: MqttConnection, stream: trio.SocketStream, wake: _Wake, scope: trio.CancelScope,
-    out: Output,
+    conn: MqttConnection, stream: trio.abc.Stream, wake: _Wake, scope: trio.CancelScope,
+    out: Output | _Writing,
 ) -> None:
     try:
         while True:

@@ -95,6 +95,9 @@ def _router_parser(sub: argparse._SubParsersAction) -> None:
     security.add_argument("--amqps", metavar="HOST:PORT",
                           help="where to accept AMQP clients over TLS (with --tls-cert and "
                           "--tls-key)")
+    security.add_argument("--mqtts", metavar="HOST:PORT",
+                          help="where to accept MQTT clients over TLS (with --tls-cert and "
+                          "--tls-key)")
     security.add_argument("--tls-cert", metavar="FILE",
                           help="PEM certificate chain of the client TLS listeners (read "
                           "again on SIGHUP)")

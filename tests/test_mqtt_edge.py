@@ -61,9 +61,13 @@ class Mq:
                 props = PahoProperties(PacketTypes.CONNECT)
                 props.SessionExpiryInterval = expiry
                 ckw["properties"] = props
+        self._configure(self.c)
         self.c.connect("127.0.0.1", port, keepalive=keepalive, **ckw)
         self.c.loop_start()
         wait_for(lambda: self.connack is not None, 10, f"CONNACK for {client_id}")
+
+    def _configure(self, c: Any) -> None:
+        """Before connecting: a subclass sets TLS here (tests/test_mqtt_tls.py)."""
 
     def _on_connect(self, c: Any, u: Any, flags: Any, rc: Any, props: Any = None) -> None:
         self.session_present = flags.session_present

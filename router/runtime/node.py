@@ -151,6 +151,14 @@ class Node:
                                         partial(serve_mqtt, state=mqtt_state), self,
                                         self.config.mqtt)
                 http_note += ", mqtt {}:{}".format(*mqtt[0].socket.getsockname()[:2])
+            if self.config.mqtts is not None:  # the same sessions, over TLS
+                from mqtt_edge.server import serve_mqtt
+
+                mqtts = await _listening(nursery, "mqtts", "MQTT over TLS",
+                                         partial(serve_mqtt, state=mqtt_state,
+                                                 tls=self.client_tls), self, self.config.mqtts)
+                at = mqtts[0].transport_listener.socket.getsockname()[:2]
+                http_note += ", mqtts {}:{}".format(*at)
             nursery.start_soon(self._timer)
             addr = listeners[0].socket.getsockname()
             cfg = self.config
@@ -202,7 +210,7 @@ class Node:
         from amqp_edge.persistence import restore_links
 
         state = None
-        if self.config.mqtt is not None:
+        if self.config.mqtt is not None or self.config.mqtts is not None:
             from mqtt_edge.server import start_state
 
             state = start_state(self)
