@@ -80,9 +80,11 @@ from __future__ import annotations
 import functools
 import os
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Literal, NamedTuple, cast
+
+from router.security.lines import file_lines, text_lines
 
 Access = Literal["read", "write", "readwrite", "deny"]
 Kind = Literal["topic", "pattern"]
@@ -651,33 +653,11 @@ def _parse_lines(lines: Iterable[tuple[int, str]], name: str) -> Acl:
 
 def parse_acl(text: str, name: str = "<acl file>") -> Acl:
     """The rules of ACL-file `text`; `name` (the file's name) goes into error messages."""
-    if text.startswith("\ufeff"):
-        text = text[1:]
-    return _parse_lines(enumerate(text.split("\n"), start=1), name)
+    return _parse_lines(text_lines(text), name)
 
 
 def load_acl_file(path: str | os.PathLike[str]) -> Acl:
     """Read and parse the ACL file at `path` (UTF-8). Raises `AclFileError`."""
-    name = os.fspath(path)
-    try:
-        with open(path, "rb") as f:
-            data = f.read()
-    except OSError as exc:
-        raise AclFileError(
-            name, None, f"cannot read the ACL file ({exc.strerror or exc})",
-            "check the path and the file's permissions",
-        ) from exc
-    if data.startswith(b"\xef\xbb\xbf"):
-        data = data[3:]
-
-    def lines() -> Iterator[tuple[int, str]]:
-        for number, raw in enumerate(data.split(b"\n"), start=1):
-            try:
-                yield number, raw.decode("utf-8")
-            except UnicodeDecodeError:
-                raise AclFileError(
-                    name, number, "the line is not valid UTF-8",
-                    "save the file as UTF-8 (MQTT topics and usernames are UTF-8)",
-                ) from None
-
-    return _parse_lines(lines(), name)
+    lines = file_lines(path, AclFileError, "the ACL file",
+                       "save the file as UTF-8 (MQTT topics and usernames are UTF-8)")
+    return _parse_lines(lines, os.fspath(path))

@@ -46,6 +46,8 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
+from router.security.lines import file_lines, text_lines
+
 Scheme = Literal["sha512", "sha512-pbkdf2"]
 
 SHA512: Scheme = "sha512"
@@ -319,33 +321,11 @@ def _parse_lines(lines: Iterable[tuple[int, str]], name: str) -> Passwords:
 
 def parse_password_file(text: str, name: str = "<password file>") -> Passwords:
     """The users of password-file `text`; `name` (the file's name) goes into error messages."""
-    if text.startswith("\ufeff"):
-        text = text[1:]
-    return _parse_lines(enumerate(text.split("\n"), start=1), name)
+    return _parse_lines(text_lines(text), name)
 
 
 def load_password_file(path: str | os.PathLike[str]) -> Passwords:
     """Read and parse the password file at `path` (UTF-8). Raises `PasswordFileError`."""
-    name = os.fspath(path)
-    try:
-        with open(path, "rb") as f:
-            data = f.read()
-    except OSError as exc:
-        raise PasswordFileError(
-            name, None, f"cannot read the password file ({exc.strerror or exc})",
-            "check the path and the file's permissions",
-        ) from exc
-    if data.startswith(b"\xef\xbb\xbf"):
-        data = data[3:]
-
-    def lines() -> Iterator[tuple[int, str]]:
-        for number, raw in enumerate(data.split(b"\n"), start=1):
-            try:
-                yield number, raw.decode("utf-8")
-            except UnicodeDecodeError:
-                raise PasswordFileError(
-                    name, number, "the line is not valid UTF-8",
-                    "save the file as UTF-8 (usernames are UTF-8 in MQTT)",
-                ) from None
-
-    return _parse_lines(lines(), name)
+    lines = file_lines(path, PasswordFileError, "the password file",
+                       "save the file as UTF-8 (usernames are UTF-8 in MQTT)")
+    return _parse_lines(lines, os.fspath(path))
