@@ -129,6 +129,8 @@ def _router_parser(sub: argparse._SubParsersAction) -> None:
     mesh.add_argument("--peer-tls-key", metavar="FILE", help="PEM private key of that certificate")
     mesh.add_argument("--peer-tls-ca", metavar="FILE",
                       help="PEM CA certificates; peers must present a certificate they signed")
+    mesh.add_argument("--peer-tls-required", action="store_const", const=True, default=None,
+                      help="refuse to start with peers but without peer TLS")
 
 
 def _demo_parser(sub: argparse._SubParsersAction) -> None:

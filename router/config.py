@@ -7,6 +7,7 @@ A bad value is a `ConfigError` whose text names the option, what was wrong and w
 
 from __future__ import annotations
 
+import os
 import ssl
 import tomllib
 from dataclasses import dataclass, fields
@@ -80,6 +81,7 @@ class RouterConfig:
     peer_tls_cert: str = ""
     peer_tls_key: str = ""
     peer_tls_ca: str = ""
+    peer_tls_required: bool = False  # refuse to start a peered router without peer TLS
     # Clients (docs/security.md): users in mosquitto's password_file format, per-topic rules
     # in its acl_file format. With either, anonymous clients are refused unless allowed.
     password_file: str = ""
@@ -103,13 +105,18 @@ class RouterConfig:
     def secret(self) -> bytes:
         """The cluster secret, from the file if one is named (keeps it out of `ps`)."""
         if self.cluster_secret_file:
+            path = self.cluster_secret_file
             try:
-                with open(self.cluster_secret_file, "rb") as f:
+                with open(path, "rb") as f:
+                    if os.fstat(f.fileno()).st_mode & 0o007:
+                        mode = os.fstat(f.fileno()).st_mode & 0o777
+                        raise ConfigError(
+                            f"cluster-secret-file {path!r} can be read by other users (mode "
+                            f"{mode:04o}): whoever reads it can join the cluster; make it "
+                            f"private with: chmod o-rwx {path}")
                     return f.read().strip()
             except OSError as err:
-                raise ConfigError(
-                    f"cluster-secret-file {self.cluster_secret_file!r}: {err.strerror}"
-                ) from None
+                raise ConfigError(f"cluster-secret-file {path!r}: {err.strerror}") from None
         return self.cluster_secret.encode()
 
     def peer_tls(self) -> tuple[ssl.SSLContext, ssl.SSLContext] | None:
@@ -306,6 +313,7 @@ OPTIONS: dict[str, tuple[str, Any, str]] = {
     "peer-tls-cert": ("peer_tls_cert", str, "a PEM certificate chain file"),
     "peer-tls-key": ("peer_tls_key", str, "a PEM private key file"),
     "peer-tls-ca": ("peer_tls_ca", str, "a PEM file of CA certificates"),
+    "peer-tls-required": ("peer_tls_required", _bool, "true or false"),
     "password-file": ("password_file", str, "a mosquitto password file (mosquitto_passwd)"),
     "acl-file": ("acl_file", str, "a mosquitto ACL file"),
     "allow-anonymous": ("allow_anonymous", _bool, "true or false"),
@@ -368,6 +376,8 @@ def build(file_options: dict[str, Any], flag_options: dict[str, Any]) -> RouterC
     if config.peered and not config.secret():
         raise ConfigError("the cluster secret is empty; put a long random string in "
                           "cluster-secret-file (the same on every router)")
-    config.peer_tls()  # a missing or bad TLS file is found now, not at the first peer link
+    if config.peer_tls() is None and config.peer_tls_required and config.peered:
+        raise ConfigError("peer-tls-required: this router links to other routers, so it "
+                          "needs peer-tls-cert, peer-tls-key and peer-tls-ca")
     config.client_tls()  # likewise for the client listeners
     return config

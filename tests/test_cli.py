@@ -235,3 +235,28 @@ def test_a_router_process_collects_young_garbage_less_often() -> None:
     finally:
         gc.unfreeze()
         gc.set_threshold(*before)
+
+
+def test_a_cluster_secret_file_others_can_read_is_refused(tmp_path):
+    """Whoever reads the secret can join the cluster: a file readable by other users stops
+    the router at start, with the fix in the message (docs/security.md)."""
+    secret = tmp_path / "cluster.secret"
+    secret.write_text("s3cret\n")
+    secret.chmod(0o644)
+    line = one_error_line(run_exactmesh(
+        "router", "--id", "A", "--amqp", "127.0.0.1:0", "--listen", "127.0.0.1:0",
+        "--cluster-secret-file", str(secret)))
+    assert "can be read by other users" in line and f"chmod o-rwx {secret}" in line
+    secret.chmod(0o640)
+    from router.config import build
+
+    config = build({}, {"id": "A", "amqp": "127.0.0.1:0", "listen": "127.0.0.1:0",
+                        "cluster-secret-file": str(secret)})
+    assert config.secret() == b"s3cret"
+
+
+def test_peer_tls_required_refuses_a_router_with_peers_and_no_tls():
+    line = one_error_line(run_exactmesh(
+        "router", "--id", "A", "--amqp", "127.0.0.1:0", "--listen", "127.0.0.1:0",
+        "--cluster-secret", "x" * 32, "--peer-tls-required"))
+    assert "peer-tls-required" in line and "peer-tls-cert" in line
