@@ -70,12 +70,6 @@ INVALID_FIELD = "amqp:invalid-field"
 NOT_IMPLEMENTED = "amqp:not-implemented"
 NOT_FOUND = "amqp:not-found"
 UNAUTHORIZED = "amqp:unauthorized-access"
-# Until AMQP clients can log in (SASL PLAIN), they are anonymous (docs/security.md).
-NO_LOGIN_YET = (
-    "this router admits only clients that log in (--password-file / --acl-file without "
-    "--allow-anonymous), and AMQP clients cannot log in yet (SASL PLAIN is not built): "
-    "connect over MQTT with a user name, or start the router with --allow-anonymous to let "
-    "AMQP clients in under the ACL file's anonymous rules")
 SIZE_EXCEEDED = "amqp:link:message-size-exceeded"
 DECODE_ERROR = "amqp:decode-error"
 DETACH_FORCED = "amqp:link:detach-forced"
@@ -129,15 +123,20 @@ def dynamic_address(router_id: str) -> str:
 
 
 class AmqpConnection:
-    def __init__(self, node: RuntimePort, peer: str) -> None:
+    def __init__(self, node: RuntimePort, peer: str, *, own_sasl: bool = False,
+                 user: str | None = None) -> None:
+        """`own_sasl`: the client logged in through the router's SASL exchange already
+        (amqp_edge/sasl.py), as `user` (None: anonymous), and proton sees no SASL layer."""
         self.node = node
+        self.user = user
         self.engine = node.engine
         self.peer = peer
         cfg = node.config
         self.max_message_size = cfg.max_message_size
         self.transport = Transport(Transport.SERVER)
         self.transport.idle_timeout = cfg.idle_timeout
-        self.transport.sasl().allowed_mechs("ANONYMOUS")
+        if not own_sasl:
+            self.transport.sasl().allowed_mechs("ANONYMOUS")
         self.connection = Connection()
         self.connection.container = f"exactmesh-{cfg.id}"
         self.collector = Collector()
@@ -183,12 +182,6 @@ class AmqpConnection:
         if t == Event.CONNECTION_REMOTE_OPEN:
             if self.connection.state & Endpoint.LOCAL_UNINIT:
                 self.connection.open()
-                if not self.node.policy.anonymous_allowed:
-                    self.node.policy.refusals["anonymous"] += 1
-                    log.warning("connection %s (container %r): refused: %s", self.peer,
-                                self.connection.remote_container, NO_LOGIN_YET)
-                    self.connection.condition = Condition(UNAUTHORIZED, NO_LOGIN_YET)
-                    self.connection.close()
         elif t == Event.SESSION_REMOTE_OPEN:
             if event.session.state & Endpoint.LOCAL_UNINIT:
                 event.session.open()
@@ -249,9 +242,9 @@ class AmqpConnection:
         anonymous = address is None  # anonymous relay: each message's `to` is its topic
         if not anonymous:
             validate_topic(address)
-            if not self.node.policy.may_publish(None, ident.container, address):
+            if not self.node.policy.may_publish(self.user, ident.container, address):
                 self._refuse(link, UNAUTHORIZED, f"not authorized to publish to {address!r} "
-                             "(the ACL file's rules for anonymous clients)")
+                             f"({self._whose_rules()})")
                 return
         props = link.remote_properties or {}
         mode = str(props.get(DELIVERY_MODE_PROPERTY, ALL))
@@ -295,10 +288,10 @@ class AmqpConnection:
                                                          link.remote_properties))
             shared = split_shared(topic_filter)
             inner = shared[1] if shared is not None else topic_filter
-            if not self.node.policy.may_subscribe(None, ident.container, inner):
+            if not self.node.policy.may_subscribe(self.user, ident.container, inner):
                 self._refuse(link, UNAUTHORIZED, f"not authorized to read all of {inner!r} "
-                             "(the ACL file's rules for anonymous clients; a wildcard must "
-                             "stay within what they may read)")
+                             f"({self._whose_rules()}; a wildcard must stay within what "
+                             "they allow)")
                 return
         declared, gen = subscriber_resume(link.remote_properties)
         presettled = link.remote_snd_settle_mode == Link.SND_SETTLED
@@ -324,6 +317,10 @@ class AmqpConnection:
         link.open()
         log.debug("subscriber %s attached with filter %s (%d declared unsettled)", ls.label,
                   topic_filter, len(declared))
+
+    def _whose_rules(self) -> str:
+        who = "anonymous clients" if self.user is None else f"user {self.user!r}"
+        return f"the ACL file's rules for {who}"
 
     def _warm_timeout(self, source: Terminus, link: Link) -> float | None:
         """A durable source terminus (AMQP 3.5.3) makes a warm subscriber: it stays subscribed
@@ -462,12 +459,12 @@ class AmqpConnection:
                                  "needs a `to` property naming its topic; set the message's "
                                  "address, or attach a sender whose target is the topic")
             topic = validate_topic(to)
-            if not self.node.policy.may_publish(None, ls.client, topic):
+            if not self.node.policy.may_publish(self.user, ls.client, topic):
                 log.warning("connection %s: rejected a message from %s: not authorized to "
                             "publish to %r", self.peer, ls.label, topic)
                 self.engine.handle(ev.MessageRefused(
                     self._now, ls.id, tag, UNAUTHORIZED, f"not authorized to publish to "
-                    f"{topic!r} (the ACL file's rules for anonymous clients)", settled))
+                    f"{topic!r} ({self._whose_rules()})", settled))
                 return None
             return topic
         except (TopicError, MalformedMessage) as err:

@@ -17,9 +17,10 @@ from typing import TYPE_CHECKING, Any
 import trio
 
 from router.config import HostPort
-from router.security.tls import tls_handshake
+from router.security.tls import HANDSHAKE_TIMEOUT, tls_handshake
 
 from .connection import AmqpConnection
+from .sasl import SaslServer
 
 if TYPE_CHECKING:
     from router.ports import RuntimePort
@@ -55,11 +56,17 @@ async def _serve_connection(node: RuntimePort, stream: trio.abc.Stream) -> None:
     except OSError:
         peer = "?"
     if isinstance(stream, trio.SSLStream) and not await tls_handshake(stream, peer, log):
-        with trio.move_on_after(0.5) as scope:
-            scope.shield = True
-            await trio.aclose_forcefully(stream)
+        await _close(stream)
         return
-    conn = AmqpConnection(node, peer)
+    user, first = None, b""
+    log_in = not node.policy.open  # a password or ACL file: clients log in (our SASL)
+    if log_in:
+        outcome = await _log_in(node, stream, peer)
+        if outcome is None:
+            await _close(stream)
+            return
+        user, first = outcome
+    conn = AmqpConnection(node, peer, own_sasl=log_in, user=user)
     if node.stopping:
         conn.shutdown(f"router {node.config.id} is shutting down")
     wake = _Wake()
@@ -68,7 +75,7 @@ async def _serve_connection(node: RuntimePort, stream: trio.abc.Stream) -> None:
     try:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(_writer, conn, stream, wake, nursery.cancel_scope)
-            await _reader(conn, stream)
+            await _reader(conn, stream, first)
             # The client closed its side: let the writer send what is left, then stop.
             wake.set()
             await trio.sleep(CLOSE_GRACE)
@@ -87,8 +94,75 @@ async def _serve_connection(node: RuntimePort, stream: trio.abc.Stream) -> None:
             await stream.aclose()
 
 
-async def _reader(conn: AmqpConnection, stream: trio.abc.Stream) -> None:
+async def _close(stream: trio.abc.Stream) -> None:
+    with trio.move_on_after(0.5) as scope:
+        scope.shield = True
+        await trio.aclose_forcefully(stream)
+
+
+async def _log_in(node: RuntimePort, stream: trio.abc.Stream,
+                  peer: str) -> tuple[str | None, bytes] | None:
+    """The SASL exchange (amqp_edge/sasl.py), with the handshake deadline: the user (None:
+    anonymous) and the bytes that followed it, or None (refused, logged, answered)."""
+    policy = node.policy
+    mechanisms = []
+    if isinstance(stream, trio.SSLStream) or node.config.allow_plain_without_tls:
+        mechanisms.append("PLAIN")
+    if policy.anonymous_allowed:
+        mechanisms.append("ANONYMOUS")
+
+    def check(user: str | None, password: bytes | None) -> str | None:
+        refusal = policy.authenticate(user, password)
+        return None if refusal is None else f"{refusal.kind}: {refusal.detail}"
+
+    sasl = SaslServer(mechanisms, check)
+    with trio.move_on_after(HANDSHAKE_TIMEOUT):
+        try:
+            while not sasl.done:
+                data = await stream.receive_some(READ_SIZE)
+                if not data:
+                    _left(peer, sasl, policy, isinstance(stream, trio.SSLStream))
+                    return None
+                try:
+                    sasl.receive(data)
+                except Exception:  # a bug here must not take the router down
+                    log.exception("connection %s: the SASL exchange failed; closing it", peer)
+                    return None
+                if sasl.out:
+                    await stream.send_all(bytes(sasl.out))
+                    sasl.out.clear()
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            return None
+    if not sasl.done:
+        log.warning("connection %s: no SASL log-in within %g s; closed", peer,
+                    HANDSHAKE_TIMEOUT)
+        return None
+    if sasl.skipped and not policy.anonymous_allowed:
+        sasl.refusal = "the client did not log in (no SASL), and anonymous clients are not " \
+            "allowed: log in with SASL PLAIN (over TLS, or with --allow-plain-without-tls)"
+        policy.refusals["anonymous"] += 1
+    if sasl.refusal is not None:
+        log.warning("connection %s: SASL log-in refused: %s", peer, sasl.refusal)
+        return None
+    return sasl.user, sasl.rest
+
+
+def _left(peer: str, sasl: SaslServer, policy: Any, tls: bool) -> None:
+    """The client closed during the SASL exchange: it had no mechanism it could use (no
+    credentials for PLAIN, or PLAIN not offered in clear), which is a refusal to log."""
+    offered = ", ".join(sasl.mechanisms) or "none"
+    hint = "" if tls or "PLAIN" in sasl.mechanisms else "; PLAIN is offered only over TLS " \
+        "(--amqps) unless --allow-plain-without-tls"
+    policy.refusals["anonymous" if "PLAIN" in sasl.mechanisms else "no-mechanism"] += 1
+    log.warning("connection %s: SASL log-in refused: the client left without logging in "
+                "(offered: %s%s)", peer, offered, hint)
+
+
+async def _reader(conn: AmqpConnection, stream: trio.abc.Stream, first: bytes = b"") -> None:
     transport = conn.transport
+    if first:  # what the client sent after logging in: its AMQP header, and maybe more
+        transport.push(first)
+        conn.process()
     while True:
         cap = transport.capacity()
         if cap < 0:

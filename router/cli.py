@@ -92,6 +92,9 @@ def _router_parser(sub: argparse._SubParsersAction) -> None:
     security.add_argument("--allow-anonymous", action="store_const", const=True, default=None,
                           help="let clients without a user name connect although a password "
                           "or ACL file is given (they get the ACL file's anonymous rules)")
+    security.add_argument("--allow-plain-without-tls", action="store_const", const=True,
+                          default=None, help="offer AMQP SASL PLAIN (user name and password in "
+                          "clear) on connections without TLS too")
     security.add_argument("--amqps", metavar="HOST:PORT",
                           help="where to accept AMQP clients over TLS (with --tls-cert and "
                           "--tls-key)")

@@ -87,6 +87,9 @@ class RouterConfig:
     password_file: str = ""
     acl_file: str = ""
     allow_anonymous: bool = False
+    # AMQP SASL PLAIN sends the password in clear: it is offered on TLS connections only,
+    # unless this says otherwise.
+    allow_plain_without_tls: bool = False
     # TLS for clients (docs/security.md): AMQP over TLS at `amqps`, with this certificate
     # chain and key; client certificates checked against `tls_ca` as `tls_client_cert` says.
     amqps: HostPort | None = None
@@ -317,6 +320,7 @@ OPTIONS: dict[str, tuple[str, Any, str]] = {
     "password-file": ("password_file", str, "a mosquitto password file (mosquitto_passwd)"),
     "acl-file": ("acl_file", str, "a mosquitto ACL file"),
     "allow-anonymous": ("allow_anonymous", _bool, "true or false"),
+    "allow-plain-without-tls": ("allow_plain_without_tls", _bool, "true or false"),
     "amqps": ("amqps", None, "HOST:PORT"),
     "mqtts": ("mqtts", None, "HOST:PORT"),
     "tls-cert": ("tls_cert", str, "a PEM certificate chain file"),

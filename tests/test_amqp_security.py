@@ -1,71 +1,122 @@
-"""AMQP clients against a router with a password or ACL file (docs/security.md). AMQP clients
-cannot log in yet (SASL PLAIN is not built), so they are anonymous: refused unless the router
-allows anonymous clients, and then held to the ACL file's rules for anonymous clients."""
+"""AMQP clients against a router with a password file (made by mosquitto_passwd) and an ACL
+file (docs/security.md), with proton's own client: SASL PLAIN log-in (over TLS, or in clear
+with --allow-plain-without-tls), the ACL's rules for the user at attach and per message on an
+anonymous relay, anonymous clients refused or held to the anonymous rules. Each refusal is one
+log line without the password, and the others' messages flow on."""
 
 from __future__ import annotations
 
+import shutil
+import subprocess
 import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
-from proton import ConnectionException, Message
-from proton.utils import BlockingConnection, LinkDetached
+from proton import ConnectionException, Delivery, Message
+from proton.utils import BlockingConnection, LinkDetached, SendException
 
 from tests.harness import RouterProcess, wait_for
+from tests.test_amqp_tls import Tls
 
+PASSWD = shutil.which("mosquitto_passwd")
+pytestmark = pytest.mark.skipif(PASSWD is None, reason="mosquitto_passwd is not installed "
+                                "(Debian package mosquitto)")
+PASSWORD = "wonder land"
 ACL = """\
 # anonymous clients (before any user section)
 topic readwrite public/#
-topic read news/#
 user alice
 topic readwrite alice/#
+topic read news/#
+user bob
+topic write news/today
 """
 
 
-def _router(tmp_path: Path, *extra: str) -> RouterProcess:
-    acl = tmp_path / "acl"
+def _files(tmp_path: Path) -> list[str]:
+    pw, acl = tmp_path / "passwd", tmp_path / "acl"
+    subprocess.run([PASSWD, "-c", "-b", str(pw), "alice", PASSWORD], check=True)
+    subprocess.run([PASSWD, "-b", str(pw), "bob", "builder"], check=True)
     acl.write_text(ACL)
-    return RouterProcess("S", "--acl-file", str(acl), *extra)
+    return ["--password-file", str(pw), "--acl-file", str(acl)]
 
 
-def test_without_allow_anonymous_an_amqp_client_is_refused_with_the_reason(
-        tmp_path: Path) -> None:
-    with _router(tmp_path) as router:
-        with pytest.raises(ConnectionException) as err:
-            conn = BlockingConnection(router.url, timeout=10, container_id="anon")
-            conn.create_sender("public/x")
-        assert "unauthorized-access" in str(err.value) or "SASL PLAIN" in str(err.value)
-        wait_for(lambda: any("refused" in line and "SASL PLAIN is not built" in line
-                             for line in router.log), 5, "the refusal's log line")
+def _connect(url: str, user: str | None, password: str | None, **kw: Any) -> Any:
+    if user is None:
+        return BlockingConnection(url, timeout=10, container_id="anon", **kw)
+    return BlockingConnection(url, timeout=10, container_id=f"c-{user}", user=user,
+                              password=password, allowed_mechs="PLAIN",
+                              allow_insecure_mechs=True, **kw)
 
 
-def test_anonymous_amqp_clients_get_the_anonymous_rules(tmp_path: Path) -> None:
-    with _router(tmp_path, "--allow-anonymous") as router:
-        conn = BlockingConnection(router.url, timeout=10, container_id="anon")
-        rcv = conn.create_receiver("public/#", name="r", credit=10)
-        sent: list[BaseException] = []
+def _refused(url: str, user: str | None, password: str | None) -> None:
+    with pytest.raises(ConnectionException):
+        _connect(url, user, password).create_sender("public/x")
 
-        def send() -> None:  # (a blocking send waits for the outcome: another connection)
+
+def test_users_log_in_with_sasl_plain_and_get_their_rules(tmp_path: Path) -> None:
+    with RouterProcess("S", *_files(tmp_path), "--allow-plain-without-tls") as router:
+        url = router.url
+        for user, password in (("alice", "Tr0ub4dor-guess"), ("mallory", "x"), (None, None)):
+            _refused(url, user, password)
+        wait_for(lambda: sum("SASL log-in refused" in line for line in router.log) >= 3, 10,
+                 "three refusals logged")
+        assert not any("Tr0ub4dor" in line or PASSWORD in line for line in router.log)
+        alice = _connect(url, "alice", PASSWORD)
+        news = alice.create_receiver("news/#", name="news", credit=10)
+        errors: list[BaseException] = []
+
+        def bob_sends() -> None:
             try:
-                other = BlockingConnection(router.url, timeout=10, container_id="anon-2")
-                other.create_sender("public/t").send(Message(body="hello"))
-                other.close()
+                bob = _connect(url, "bob", "builder")
+                bob.create_sender("news/today").send(Message(body="headline"))
+                with pytest.raises(LinkDetached, match="unauthorized-access"):
+                    bob.create_sender("alice/inbox")
+                bob.close()
             except BaseException as exc:
-                sent.append(exc)
+                errors.append(exc)
 
-        thread = threading.Thread(target=send, daemon=True)
+        thread = threading.Thread(target=bob_sends, daemon=True)
         thread.start()
-        assert rcv.receive(timeout=10).body == "hello"
-        rcv.accept()
-        conn.wait(lambda: not thread.is_alive(), timeout=10)  # (pumps out the acceptance)
-        assert not sent
-        for make in (lambda: conn.create_sender("alice/inbox"),
-                     lambda: conn.create_receiver("#", name="everything"),
-                     lambda: conn.create_receiver("alice/#", name="hers")):
+        assert news.receive(timeout=10).body == "headline"
+        news.accept()
+        alice.wait(lambda: not thread.is_alive(), timeout=10)
+        assert not errors, errors
+        alice.create_sender("alice/notes")
+        for make in (lambda: alice.create_sender("news/today"),
+                     lambda: alice.create_receiver("#", name="everything")):
             with pytest.raises(LinkDetached, match="unauthorized-access"):
                 make()
-        news = conn.create_receiver("news/#", name="news")  # read-only for anonymous clients
-        with pytest.raises(LinkDetached, match="unauthorized-access"):
-            conn.create_sender("news/today")
-        news.close()
+        anonymous_relay = alice.create_sender(None)
+        with pytest.raises(SendException) as sent:  # not hers: rejected, the link goes on
+            anonymous_relay.send(Message(address="public/x", body="not hers"))
+        assert sent.value.state == Delivery.REJECTED
+        anonymous_relay.send(Message(address="alice/notes", body="hers"))
+        alice.close()
+
+
+def test_plain_in_clear_is_not_offered_without_the_flag_but_is_over_tls(tmp_path: Path) -> None:
+    with RouterProcess("S", *_files(tmp_path)) as router:
+        _refused(router.url, "alice", PASSWORD)
+        wait_for(lambda: any("PLAIN is offered only over TLS" in line
+                             for line in router.log), 10, "why it was refused")
+    (tmp_path / "t").mkdir()
+    tls = Tls(tmp_path, extra=tuple(_files(tmp_path / "t")))
+    with tls.router:
+        conn = BlockingConnection(tls.url, timeout=10, container_id="tls-alice", user="alice",
+                                  password=PASSWORD, allowed_mechs="PLAIN",
+                                  ssl_domain=tls.domain())
+        conn.create_sender("alice/notes")
+        conn.close()
+
+
+def test_anonymous_clients_get_the_anonymous_rules_when_allowed(tmp_path: Path) -> None:
+    with RouterProcess("S", *_files(tmp_path), "--allow-anonymous") as router:
+        conn = _connect(router.url, None, None)
+        conn.create_sender("public/t")
+        for make in (lambda: conn.create_sender("alice/inbox"),
+                     lambda: conn.create_receiver("#", name="everything")):
+            with pytest.raises(LinkDetached, match="unauthorized-access"):
+                make()
         conn.close()

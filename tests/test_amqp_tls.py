@@ -44,7 +44,8 @@ def _domain(ca_file: str, cert: tuple[str, str] | None = None) -> SSLDomain:
 
 
 class Tls:
-    def __init__(self, tmp: Path, client_cert: str = "none") -> None:
+    def __init__(self, tmp: Path, client_cert: str = "none", extra: tuple[str, ...] = ()
+                 ) -> None:
         self.tmp = tmp
         self.server_ca, self.client_ca, self.stranger = trustme.CA(), trustme.CA(), trustme.CA()
         self.cert, self.key = _files(tmp, self.server_ca, "router")
@@ -54,11 +55,14 @@ class Tls:
         self.router = RouterProcess(
             "T", "--amqps", f"127.0.0.1:{self.port}", "--tls-cert", self.cert, "--tls-key",
             self.key, "--tls-ca", _ca_file(tmp, self.client_ca, "clients"),
-            "--tls-client-cert", client_cert)
+            "--tls-client-cert", client_cert, *extra)
+
+    def domain(self, cert: tuple[str, str] | None = None) -> SSLDomain:
+        return _domain(self.trust, cert)
 
     def connect(self, container: str, cert: tuple[str, str] | None = None) -> Any:
         return BlockingConnection(self.url, timeout=10, container_id=container,
-                                  ssl_domain=_domain(self.trust, cert))
+                                  ssl_domain=self.domain(cert))
 
 
 def _exchange(tls: Tls, n: int) -> list[str]:
