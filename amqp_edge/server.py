@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 import trio
 
 from router.config import HostPort
-from router.security.tls import HANDSHAKE_TIMEOUT, tls_handshake
+from router.security.gate import HANDSHAKE_TIMEOUT, admitted, tls_handshake
 
 from .connection import AmqpConnection
 from .sasl import SaslServer
@@ -55,6 +55,9 @@ async def _serve_connection(node: RuntimePort, stream: trio.abc.Stream) -> None:
         peer = "{}:{}".format(*_socket(stream).getpeername()[:2])
     except OSError:
         peer = "?"
+    if not admitted(node, peer, log):
+        await _close(stream)
+        return
     if isinstance(stream, trio.SSLStream) and not await tls_handshake(stream, peer, log):
         await _close(stream)
         return

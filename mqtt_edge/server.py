@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 import trio
 
 from router.config import HostPort
-from router.security.tls import tls_handshake
+from router.security.gate import admitted, tls_handshake
 
 from .persistence import restore_sessions
 from .reactor import READ_SIZE, Output, Reactor
@@ -106,6 +106,9 @@ async def _serve_connection(node: RuntimePort, state: MqttState, reactor: Reacto
         peer = "{}:{}".format(*stream.socket.getpeername()[:2])
     except OSError:
         peer = "?"
+    if not admitted(node, peer, log):
+        await trio.aclose_forcefully(stream)
+        return
     with contextlib.suppress(OSError):
         stream.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, True)
     conn = MqttConnection(node, peer, state)
@@ -157,7 +160,7 @@ async def _serve_tls_connection(node: RuntimePort, state: MqttState,
         peer = "{}:{}".format(*stream.transport_stream.socket.getpeername()[:2])
     except OSError:
         peer = "?"
-    if not await tls_handshake(stream, peer, log):
+    if not admitted(node, peer, log) or not await tls_handshake(stream, peer, log):
         with trio.move_on_after(0.5) as scope:
             scope.shield = True
             await trio.aclose_forcefully(stream)

@@ -95,6 +95,11 @@ def _router_parser(sub: argparse._SubParsersAction) -> None:
     security.add_argument("--allow-plain-without-tls", action="store_const", const=True,
                           default=None, help="offer AMQP SASL PLAIN (user name and password in "
                           "clear) on connections without TLS too")
+    security.add_argument("--max-connections", type=int, metavar="N",
+                          help="AMQP and MQTT client connections served at once; more are "
+                          "closed at once (default 0: no limit)")
+    security.add_argument("--max-connections-per-host", type=int, metavar="N",
+                          help="client connections from one IP address (default 0: no limit)")
     security.add_argument("--amqps", metavar="HOST:PORT",
                           help="where to accept AMQP clients over TLS (with --tls-cert and "
                           "--tls-key)")

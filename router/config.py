@@ -90,6 +90,8 @@ class RouterConfig:
     # AMQP SASL PLAIN sends the password in clear: it is offered on TLS connections only,
     # unless this says otherwise.
     allow_plain_without_tls: bool = False
+    max_connections: int = 0  # client connections at once (AMQP and MQTT); 0: no limit
+    max_connections_per_host: int = 0  # from one IP address; 0: no limit
     # TLS for clients (docs/security.md): AMQP over TLS at `amqps`, with this certificate
     # chain and key; client certificates checked against `tls_ca` as `tls_client_cert` says.
     amqps: HostPort | None = None
@@ -244,6 +246,12 @@ def _positive_int(v: Any) -> int:
     return int(v)
 
 
+def _count(v: Any) -> int:
+    if isinstance(v, bool) or int(v) != float(v) or int(v) < 0:
+        raise ValueError
+    return int(v)
+
+
 def _positive_float(v: Any) -> float:
     if isinstance(v, bool) or float(v) <= 0:
         raise ValueError
@@ -321,6 +329,9 @@ OPTIONS: dict[str, tuple[str, Any, str]] = {
     "acl-file": ("acl_file", str, "a mosquitto ACL file"),
     "allow-anonymous": ("allow_anonymous", _bool, "true or false"),
     "allow-plain-without-tls": ("allow_plain_without_tls", _bool, "true or false"),
+    "max-connections": ("max_connections", _count, "a count, 0 for no limit"),
+    "max-connections-per-host": ("max_connections_per_host", _count,
+                                 "a count, 0 for no limit"),
     "amqps": ("amqps", None, "HOST:PORT"),
     "mqtts": ("mqtts", None, "HOST:PORT"),
     "tls-cert": ("tls_cert", str, "a PEM certificate chain file"),

@@ -10,7 +10,9 @@ everything, as before. Counters of refusals by kind go to the health report.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
 
 from router.security.acl import Acl, AclFileError, load_acl_file
 from router.security.passwords import PasswordFileError, Passwords, load_password_file
@@ -90,6 +92,26 @@ class Policy:
 
     def may_read(self, username: str | None, client_id: str, topic: str) -> bool:
         return self.acl is None or self.acl.may_read(username, client_id, topic)
+
+    def admit(self, peer: str, connections: Iterable[Any], max_total: int,
+              max_per_host: int) -> str | None:
+        """None if a new connection from `peer` ("host:port") may be served beside the open
+        `connections` (each with a `peer`), else why not (counted). 0: no limit."""
+        if not (max_total or max_per_host):
+            return None
+        host = peer.rpartition(":")[0]
+        total = same_host = 0
+        for conn in connections:
+            total += 1
+            same_host += conn.peer.rpartition(":")[0] == host
+        if max_total and total >= max_total:
+            self.refusals["max-connections"] += 1
+            return f"the router serves {total} client connections, its --max-connections"
+        if max_per_host and same_host >= max_per_host:
+            self.refusals["max-connections-per-host"] += 1
+            return (f"{same_host} connections from {host} already, the router's "
+                    "--max-connections-per-host")
+        return None
 
     def _refuse(self, kind: str, detail: str) -> Refusal:
         self.refusals[kind] += 1

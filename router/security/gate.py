@@ -1,9 +1,11 @@
-"""The TLS handshake of a client listener (`--amqps`, `--mqtts`; docs/security.md), shared by
-the edges: run first, with a deadline, and a failure is one log line."""
+"""What both client edges do with a new connection before its protocol starts (docs/security.md):
+the connection limits, and the TLS handshake of `--amqps` / `--mqtts`, run first with a
+deadline. A refusal or failure is one log line."""
 
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 import trio
 
@@ -22,4 +24,16 @@ async def tls_handshake(stream: trio.SSLStream, peer: str, log: logging.Logger) 
             return False
     log.warning("connection %s: no TLS handshake within %g s; closed", peer,
                 HANDSHAKE_TIMEOUT)
+    return False
+
+
+def admitted(node: Any, peer: str, log: logging.Logger) -> bool:
+    """Whether `--max-connections` and `--max-connections-per-host` let the router serve a
+    new connection from `peer`; if not, it is logged (and counted) and to be closed."""
+    cfg = node.config
+    why = node.policy.admit(peer, node.connections, cfg.max_connections,
+                            cfg.max_connections_per_host)
+    if why is None:
+        return True
+    log.warning("connection %s: refused: %s", peer, why)
     return False
