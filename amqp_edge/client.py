@@ -43,7 +43,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
-from proton import Condition, Delivery, Endpoint, Handler, Message, Terminus, symbol
+from proton import Condition, Delivery, Endpoint, Handler, Message, SSLDomain, Terminus, symbol
 from proton.reactor import ApplicationEvent, Container, EventInjector, LinkOption
 
 from router.core import message
@@ -73,6 +73,7 @@ __all__ = [
     "ClientClosed",
     "ClientError",
     "Failure",
+    "Login",
     "MemoryPublisherStore",
     "Outcome",
     "Publisher",
@@ -107,6 +108,39 @@ class RouterUnreachable(ClientError):
 
 class ClientClosed(ClientError):
     """The client was closed."""
+
+
+@dataclass(frozen=True)
+class Login:
+    """How a client logs in to a router that asks for it (docs/security.md): a user name and
+    password (SASL PLAIN), TLS trusting the CA in `ca` (use `amqps://` URLs), and a client
+    certificate (`cert`, `key`) where the router asks for one. PLAIN goes only over TLS
+    unless `plain_in_clear`; `verify_name` checks the router's certificate names its host."""
+
+    user: str | None = None
+    password: str | None = field(default=None, repr=False)
+    ca: str | None = None
+    cert: str | None = None
+    key: str | None = None
+    plain_in_clear: bool = False
+    verify_name: bool = True
+
+    def connect_options(self) -> dict[str, Any]:
+        """Keywords for proton's `Container.connect`."""
+        options: dict[str, Any] = {}
+        if self.user is not None:
+            options.update(user=self.user, password=self.password or "",
+                           allowed_mechs="PLAIN", allow_insecure_mechs=self.plain_in_clear)
+        if self.ca or self.cert:
+            domain = SSLDomain(SSLDomain.MODE_CLIENT)
+            if self.ca:
+                domain.set_trusted_ca_db(self.ca)
+                domain.set_peer_authentication(SSLDomain.VERIFY_PEER_NAME if self.verify_name
+                                               else SSLDomain.VERIFY_PEER)
+            if self.cert:
+                domain.set_credentials(self.cert, self.key or self.cert, None)
+            options["ssl_domain"] = domain
+        return options
 
 
 def parse_urls(urls: str | Sequence[str]) -> list[str]:
@@ -209,8 +243,9 @@ class _ClientLoop(Handler):
     def __init__(self, urls: str | Sequence[str], name: str, *,
                  connect_timeout: float | None, idle_timeout: float,
                  on_advisory: Callable[[Advisory], None] | None = None,
-                 autoconnect: bool = True) -> None:
+                 autoconnect: bool = True, login: Login | None = None) -> None:
         self._urls = parse_urls(urls)
+        self._login_options = login.connect_options() if login is not None else {}
         self._name = _check_name(name)
         self._connect_timeout = connect_timeout
         self._idle_timeout = idle_timeout
@@ -519,7 +554,8 @@ class _ClientLoop(Handler):
             self._retry_later()
             return
         self._conn = self._container.connect(url, handler=self, reconnect=False,
-                                             heartbeat=self._idle_timeout)
+                                             heartbeat=self._idle_timeout,
+                                             **self._login_options)
         self._conn.exactmesh_incarnation = incarnation
         self._conn.exactmesh_url = url
         self._link = self._open_link(self._conn)
@@ -717,6 +753,7 @@ class Publisher(_ClientLoop):
         autoconnect: bool = True,
         expect: dict[str, str] | None = None,
         expect_timeout: float = 3600.0,
+        login: Login | None = None,
     ) -> None:
         urls = endpoints(urls, relay)
         try:
@@ -734,7 +771,7 @@ class Publisher(_ClientLoop):
             _check_name(id)
         self._store = store
         super().__init__(urls, id, connect_timeout=connect_timeout, idle_timeout=idle_timeout,
-                         on_advisory=on_advisory, autoconnect=autoconnect)
+                         on_advisory=on_advisory, autoconnect=autoconnect, login=login)
         self.topic = topic
         self.link_name = f"pub/{self._name}"
         self.window = window
@@ -1039,6 +1076,7 @@ class Subscriber(_ClientLoop):
         on_advisory: Callable[[Advisory], None] | None = None,
         autoconnect: bool = True,
         link_name: str | None = None,
+        login: Login | None = None,
     ) -> None:
         urls = endpoints(urls, relay)
         durable = durable or relay is not None  # a relay's client is registered there
@@ -1051,7 +1089,7 @@ class Subscriber(_ClientLoop):
         parse_urls(urls)
         self._store = SubscriberStore(state_dir, _check_name(id), topic_filter, synchronous)
         super().__init__(urls, id, connect_timeout=connect_timeout, idle_timeout=idle_timeout,
-                         on_advisory=on_advisory, autoconnect=autoconnect)
+                         on_advisory=on_advisory, autoconnect=autoconnect, login=login)
         self.topic_filter = topic_filter
         self.link_name = link_name or f"sub/{self._name}"
         self.durable = durable

@@ -33,6 +33,7 @@ import base64
 import contextlib
 import json
 import logging
+import os
 import signal
 import sys
 from collections.abc import Iterator
@@ -88,6 +89,30 @@ def _common(p: argparse.ArgumentParser, what: str) -> None:
                    help="where its durable state lives (created if missing); reuse it to resume")
     p.add_argument("--log-level", choices=["debug", "info", "warning", "error"],
                    default="warning", help="client log level on stderr (default warning)")
+    login = p.add_argument_group("logging in (docs/security.md)")
+    login.add_argument("--user", help="log in as this user (SASL PLAIN); the password comes "
+                       f"from the environment variable {PASSWORD_ENV}, never the command line")
+    login.add_argument("--tls-ca", metavar="FILE",
+                       help="use TLS (amqps:// URLs) and trust the router certificates this "
+                       "CA signed")
+    login.add_argument("--tls-cert", metavar="FILE", help="a client certificate (PEM chain)")
+    login.add_argument("--tls-key", metavar="FILE", help="its private key (PEM)")
+    login.add_argument("--plain-in-clear", action="store_true",
+                       help="send the password without TLS (the router must allow it)")
+
+
+PASSWORD_ENV = "EXACTMESH_PASSWORD"
+
+
+def _login(args: argparse.Namespace) -> Any:
+    """The SDK's Login from the options, or None when none was given."""
+    from amqp_edge.client import Login
+
+    if not (args.user or args.tls_ca or args.tls_cert):
+        return None
+    return Login(args.user, os.environ.get(PASSWORD_ENV) if args.user else None,
+                 ca=args.tls_ca, cert=args.tls_cert, key=args.tls_key,
+                 plain_in_clear=args.plain_in_clear)
 
 
 def add_parsers(sub: argparse._SubParsersAction) -> None:
@@ -211,12 +236,13 @@ def _open(kind: str, args: argparse.Namespace) -> Any:
         if kind == "pub":
             return Publisher(urls, args.topic, id=args.id, state_dir=args.state_dir,
                              relay=args.relay, window=args.window,
-                             connect_timeout=args.timeout)
+                             connect_timeout=args.timeout, login=_login(args))
         if args.timeout is not None and not (args.durable or args.relay):
             raise ValueError("--timeout applies to a durable subscription: add --durable")
         return Subscriber(urls, args.topic, id=args.id, state_dir=args.state_dir,
                           relay=args.relay, durable=args.durable, timeout=args.timeout,
-                          prefetch=args.prefetch, connect_timeout=args.connect_timeout)
+                          prefetch=args.prefetch, connect_timeout=args.connect_timeout,
+                          login=_login(args))
     except (ValueError, StoreError) as err:
         _error(str(err))
         return None
@@ -286,7 +312,8 @@ def run_request(args: argparse.Namespace) -> int:
     try:
         urls = None if args.relay else parse_urls(args.url)
         req = Requester(urls, args.topic, id=args.id, state_dir=args.state_dir,
-                        relay=args.relay, connect_timeout=args.timeout)
+                        relay=args.relay, connect_timeout=args.timeout,
+                        login=_login(args))
     except (ValueError, StoreError) as err:
         _error(str(err))
         return EXIT_USAGE

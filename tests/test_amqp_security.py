@@ -18,6 +18,7 @@ from proton.utils import BlockingConnection, LinkDetached, SendException
 
 from tests.harness import RouterProcess, wait_for
 from tests.test_amqp_tls import Tls
+from tests.test_sdk import Consumer
 
 PASSWD = shutil.which("mosquitto_passwd")
 pytestmark = pytest.mark.skipif(PASSWD is None, reason="mosquitto_passwd is not installed "
@@ -120,3 +121,73 @@ def test_anonymous_clients_get_the_anonymous_rules_when_allowed(tmp_path: Path) 
             with pytest.raises(LinkDetached, match="unauthorized-access"):
                 make()
         conn.close()
+
+
+def test_the_sdk_logs_in_in_clear_and_over_tls(tmp_path: Path) -> None:
+    """The SDK's `Login`: user and password (PLAIN), and TLS trusting a CA; what alice may
+    publish and read flows exactly once, in order."""
+    from amqp_edge.client import Login, Publisher, Subscriber
+
+    (tmp_path / "t").mkdir()
+    tls = Tls(tmp_path, extra=tuple(_files(tmp_path / "t")))
+    with tls.router:
+        login = Login("alice", PASSWORD, ca=tls.trust, verify_name=False)
+        sub = Subscriber([tls.url], "alice/#", id="notes", state_dir=str(tmp_path / "s"),
+                         login=login)
+        sub.wait_attached(10)
+        consumer = Consumer(sub)  # accepts as it receives: the publisher waits for that
+        with Publisher([tls.url], "alice/notes", id="pen", state_dir=str(tmp_path / "p"),
+                       login=login) as pub:
+            for i in range(100):
+                pub.send(f"n{i}")
+            pub.flush(timeout=20)
+            assert pub.stats()["accepted"] == 100
+        wait_for(lambda: len(consumer.got) == 100, 10, "the 100 messages")
+        assert consumer.bodies() == [f"n{i}" for i in range(100)]  # (sent as text)
+        consumer.stop()
+    with RouterProcess("S", *_files(tmp_path), "--allow-plain-without-tls") as router:
+        clear = Login("alice", PASSWORD, plain_in_clear=True)
+        with Publisher([router.url], "alice/x", id="clear", state_dir=str(tmp_path / "c"),
+                       login=clear) as pub:
+            pub.send("in clear")
+            pub.flush(timeout=10)
+            assert pub.stats()["accepted"] == 1
+
+
+def test_exactmesh_pub_and_sub_log_in_with_the_password_from_the_environment(
+        tmp_path: Path) -> None:
+    """`exactmesh pub/sub --user` take the password from EXACTMESH_PASSWORD, never from the
+    command line (where `ps` shows it)."""
+    import os
+
+    from tests.harness import EXACTMESH
+
+    with RouterProcess("S", *_files(tmp_path), "--allow-plain-without-tls",
+                       "--log-level", "debug") as router:
+        env = dict(os.environ, EXACTMESH_PASSWORD=PASSWORD)
+        common = ["--url", router.url, "--user", "alice", "--plain-in-clear"]
+        sub = subprocess.Popen([EXACTMESH, "sub", *common, "--id", "cli-sub", "--state-dir",
+                                str(tmp_path / "sub"), "--topic", "alice/#", "--count", "3"],
+                               env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               text=True)
+        try:
+            wait_for(lambda: any("subscriber cli-sub/" in line and "attached" in line
+                                 for line in router.log) or sub.poll() is not None, 10,
+                     "the subscriber attached")
+            pub = subprocess.run([EXACTMESH, "pub", *common, "--id", "cli-pub", "--state-dir",
+                                  str(tmp_path / "pub"), "--topic", "alice/x", "--count", "3"],
+                                 env=env, capture_output=True, text=True, timeout=60)
+            assert pub.returncode == 0, pub.stderr
+            out, err = sub.communicate(timeout=30)
+            assert sub.returncode == 0, err
+            assert len(out.strip().splitlines()) == 3
+        finally:
+            if sub.poll() is None:
+                sub.kill()
+                sub.wait(5)
+        bad = subprocess.run([EXACTMESH, "pub", *common, "--id", "cli-bad", "--state-dir",
+                              str(tmp_path / "bad"), "--topic", "alice/x", "--count", "1",
+                              "--timeout", "3"],
+                             env=dict(env, EXACTMESH_PASSWORD="nope"), capture_output=True,
+                             text=True, timeout=60)
+        assert bad.returncode != 0 and "nope" not in bad.stderr
