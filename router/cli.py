@@ -106,6 +106,9 @@ def _router_parser(sub: argparse._SubParsersAction) -> None:
     security.add_argument("--mqtts", metavar="HOST:PORT",
                           help="where to accept MQTT clients over TLS (with --tls-cert and "
                           "--tls-key)")
+    security.add_argument("--https", metavar="HOST:PORT",
+                          help="serve the status endpoint over TLS (with --tls-cert and "
+                          "--tls-key)")
     security.add_argument("--tls-cert", metavar="FILE",
                           help="PEM certificate chain of the client TLS listeners (read "
                           "again on SIGHUP)")

@@ -96,6 +96,7 @@ class RouterConfig:
     # chain and key; client certificates checked against `tls_ca` as `tls_client_cert` says.
     amqps: HostPort | None = None
     mqtts: HostPort | None = None  # MQTT over TLS, same certificate options
+    https: HostPort | None = None  # the status endpoint over TLS, same certificate options
     tls_cert: str = ""
     tls_key: str = ""
     tls_ca: str = ""
@@ -150,11 +151,11 @@ class RouterConfig:
         """The server-side TLS context of the client listeners (`amqps`, `mqtts`), or None without
         one. Loads the files: `build` calls it, so a bad file stops the router at start;
         `load_client_tls` loads them again into the same context (SIGHUP)."""
-        if self.amqps is None and self.mqtts is None:
+        if self.amqps is None and self.mqtts is None and self.https is None:
             return None
         if not (self.tls_cert and self.tls_key):
-            raise ConfigError("amqps and mqtts need tls-cert and tls-key: the router's "
-                              "certificate chain and its private key (PEM files)")
+            raise ConfigError("amqps, mqtts and https need tls-cert and tls-key: the "
+                              "router's certificate chain and its private key (PEM files)")
         if self.tls_client_cert != "none" and not self.tls_ca:
             raise ConfigError(f"tls-client-cert {self.tls_client_cert} needs tls-ca: the CA "
                               "certificates that sign the clients' certificates")
@@ -334,6 +335,7 @@ OPTIONS: dict[str, tuple[str, Any, str]] = {
                                  "a count, 0 for no limit"),
     "amqps": ("amqps", None, "HOST:PORT"),
     "mqtts": ("mqtts", None, "HOST:PORT"),
+    "https": ("https", None, "HOST:PORT"),
     "tls-cert": ("tls_cert", str, "a PEM certificate chain file"),
     "tls-key": ("tls_key", str, "a PEM private key file"),
     "tls-ca": ("tls_ca", str, "a PEM file of CA certificates"),
@@ -373,7 +375,7 @@ def build(file_options: dict[str, Any], flag_options: dict[str, Any]) -> RouterC
     values: dict[str, Any] = {}
     for name, raw in merged.items():
         field_name, convert, allowed = OPTIONS[name]
-        if name in ("amqp", "amqps", "http", "listen", "mqtt", "mqtts"):
+        if name in ("amqp", "amqps", "http", "https", "listen", "mqtt", "mqtts"):
             values[field_name] = parse_hostport(raw, name)
             continue
         if name in ("connect", "uplinks"):

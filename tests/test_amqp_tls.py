@@ -142,3 +142,31 @@ def test_sighup_loads_a_new_certificate_for_new_connections(tmp_path: Path) -> N
         conn.create_sender("secure/t")
         conn.close()
         old.close()  # the connection made before the reload went on
+
+
+def test_the_status_endpoint_over_https(tmp_path: Path) -> None:
+    """`--https`: the status endpoint with the same certificate; a plain HTTP request at the
+    HTTPS port fails the handshake (one log line), and the router answers the next one."""
+    import http.client
+    import json
+    import ssl
+
+    port = free_port()
+    server_ca = trustme.CA()
+    cert, key = _files(tmp_path, server_ca, "router")
+    with RouterProcess("H", "--https", f"127.0.0.1:{port}", "--tls-cert", cert,
+                       "--tls-key", key) as router:
+        plain = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+        with pytest.raises((http.client.HTTPException, OSError)):
+            plain.request("GET", "/health")
+            plain.getresponse()
+        plain.close()
+        wait_for(lambda: any("TLS handshake failed" in line for line in router.log), 10,
+                 "the failed handshake's log line")
+        context = ssl.create_default_context(cafile=_ca_file(tmp_path, server_ca, "h"))
+        conn = http.client.HTTPSConnection("127.0.0.1", port, timeout=10, context=context)
+        conn.request("GET", "/health")
+        answer = conn.getresponse()
+        assert answer.status == 200
+        assert json.loads(answer.read())["router"] == "H"
+        conn.close()

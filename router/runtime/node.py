@@ -144,6 +144,14 @@ class Node:
                 http = await _listening(nursery, "http", "HTTP status", serve_status, self,
                                         self.config.http)
                 http_note += ", http {}:{}".format(*http[0].socket.getsockname()[:2])
+            if self.config.https is not None:
+                from .status import serve_status
+
+                https = await _listening(nursery, "https", "HTTPS status",
+                                         partial(serve_status, tls=self.client_tls), self,
+                                         self.config.https)
+                at = https[0].transport_listener.socket.getsockname()[:2]
+                http_note += ", https {}:{}".format(*at)
             if self.config.mqtt is not None:  # the MQTT edge (mqtt_edge/server.py)
                 from mqtt_edge.server import serve_mqtt
 

@@ -20,6 +20,7 @@ import dataclasses
 import json
 import logging
 import re
+import ssl
 import urllib.error
 import urllib.request
 from functools import partial
@@ -35,6 +36,7 @@ import trio
 from router.config import HostPort
 from router.core.actions import Accepted, Outcome
 from router.core.records import Record
+from router.security.gate import tls_handshake
 
 if TYPE_CHECKING:
     from router.ports import RuntimePort as Node  # only what the edges see of it, too
@@ -67,14 +69,26 @@ class StatusError(Exception):
 
 
 async def serve_status(
-    node: Node, where: HostPort, *, task_status: Any = trio.TASK_STATUS_IGNORED
+    node: Node, where: HostPort, *, tls: ssl.SSLContext | None = None,
+    task_status: Any = trio.TASK_STATUS_IGNORED,
 ) -> None:
-    listeners = await trio.open_tcp_listeners(where.port, host=where.host)
+    """Serve the status endpoint at `where`; over TLS with the server context `tls`."""
+    listeners: Any
+    if tls is None:
+        listeners = await trio.open_tcp_listeners(where.port, host=where.host)
+    else:
+        listeners = await trio.open_ssl_over_tcp_listeners(where.port, tls, host=where.host,
+                                                           https_compatible=True)
     task_status.started(listeners)
     await trio.serve_listeners(partial(_serve_connection, node), listeners)
 
 
-async def _serve_connection(node: Node, stream: trio.SocketStream) -> None:
+async def _serve_connection(node: Node, stream: trio.abc.Stream) -> None:
+    if isinstance(stream, trio.SSLStream):
+        peer = "{}:{}".format(*stream.transport_stream.socket.getpeername()[:2])
+        if not await tls_handshake(stream, peer, log):
+            await trio.aclose_forcefully(stream)
+            return
     conn = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_REQUEST_HEAD)
     try:
         answer = await _answer(node, conn, stream)
@@ -93,7 +107,7 @@ async def _serve_connection(node: Node, stream: trio.SocketStream) -> None:
 
 
 async def _answer(
-    node: Node, conn: h11.Connection, stream: trio.SocketStream
+    node: Node, conn: h11.Connection, stream: trio.abc.Stream
 ) -> Answer | None:
     """Read one request and work out the answer; None if the client sent nothing at all."""
     try:
@@ -116,7 +130,7 @@ async def _answer(
     return Answer(status, body, head_only=method == "HEAD")
 
 
-async def _read_request(conn: h11.Connection, stream: trio.SocketStream) -> h11.Request | None:
+async def _read_request(conn: h11.Connection, stream: trio.abc.Stream) -> h11.Request | None:
     room = MAX_REQUEST_HEAD  # read no more than this, so the bound is exact
     while True:
         event = conn.next_event()
@@ -162,9 +176,12 @@ def _response(conn: h11.Connection, answer: Answer) -> bytes:
     return b"".join(conn.send(e) or b"" for e in events)
 
 
-async def _close_gracefully(stream: trio.SocketStream) -> None:
+async def _close_gracefully(stream: Any) -> None:
     """Half-close and wait for the client to close: closing with unread input would reset
-    the connection, and the client could lose the answer."""
+    the connection, and the client could lose the answer. (TLS has no half-close: its
+    close_notify, sent by `aclose`, ends the answer.)"""
+    if isinstance(stream, trio.SSLStream):
+        return
     await stream.send_eof()
     while await stream.receive_some(4096):
         pass
