@@ -28,6 +28,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("exactmesh.amqp")
 
 READ_SIZE = 64 * 1024
+FAILED_LOG_IN_DELAY = 1.0  # seconds before a refused SASL log-in is answered
 CLOSE_GRACE = 2.0  # seconds a closing connection gets to send its last frames
 
 
@@ -132,6 +133,8 @@ async def _log_in(node: RuntimePort, stream: trio.abc.Stream,
                     log.exception("connection %s: the SASL exchange failed; closing it", peer)
                     return None
                 if sasl.out:
+                    if sasl.refusal is not None:
+                        await trio.sleep(FAILED_LOG_IN_DELAY)  # slows password guessing
                     await stream.send_all(bytes(sasl.out))
                     sasl.out.clear()
         except (trio.BrokenResourceError, trio.ClosedResourceError):
