@@ -33,6 +33,7 @@ benchmark runs as root.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
@@ -64,15 +65,23 @@ TOPIC = "bench/mqtt/t"
 # one line "READY" when connected (and, for a subscriber, subscribed), then one JSON line.
 
 
-def _client(client_id: str, port: int) -> Any:
+def _client(client_id: str, port: int, args: argparse.Namespace | None = None) -> Any:
     import paho.mqtt.client as mqtt
 
     c = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id=client_id,
                     protocol=mqtt.MQTTv311, clean_session=True)
     c.max_inflight_messages_set(65535)  # the benchmark keeps its own window
     c.max_queued_messages_set(0)
+    if args is not None and args.tls_ca:  # benchmarks/secure.py: TLS and a log-in
+        c.tls_set(ca_certs=args.tls_ca)
+        c.tls_insecure_set(True)  # (the chain is checked; the router is 127.0.0.1)
+    if args is not None and args.user:
+        c.username_pw_set(args.user, os.environ.get("EXACTMESH_PASSWORD", ""))
     c.connect("127.0.0.1", port, keepalive=60)
-    c.socket().setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    sock = c.socket()
+    raw = getattr(sock, "_sock", sock)  # (paho's TLS socket wraps the TCP one)
+    with contextlib.suppress(OSError, AttributeError):
+        raw.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     return c
 
 
@@ -82,7 +91,7 @@ def _cpu_s() -> float:
 
 
 def run_subscriber(args: argparse.Namespace) -> None:
-    c = _client(args.client_id, args.port)
+    c = _client(args.client_id, args.port, args)
     state: dict[str, Any] = {"subscribed": False, "connected": False}
     seen = bytearray(args.count)
     counts = {"received": 0, "dup": 0, "bad": 0, "dup_flag": 0}
@@ -151,7 +160,7 @@ def run_subscriber(args: argparse.Namespace) -> None:
 
 
 def run_publisher(args: argparse.Namespace) -> None:
-    c = _client(args.client_id, args.port)
+    c = _client(args.client_id, args.port, args)
     sent_at: dict[int, float] = {}
     lat: list[float] = []
     state = {"inflight": 0, "acked": 0, "connected": False}
@@ -399,7 +408,9 @@ def _spawn_client(role: str, port: int, qos: int, count: int, client_id: str,
     argv = [sys.executable, "-m", "benchmarks.mqtt", "--role", role, "--port", str(port),
             "--qos", str(qos), "--count", str(count), "--client-id", client_id,
             "--window", str(args.window), "--max-seconds", str(args.max_seconds),
-            *(["--shared"] if getattr(args, "shared", False) else [])]
+            *(["--shared"] if getattr(args, "shared", False) else []),
+            *([f"--tls-ca={args.tls_ca}"] if getattr(args, "tls_ca", None) else []),
+            *([f"--user={args.user}"] if getattr(args, "user", None) else [])]
     return subprocess.Popen(argv, cwd=REPO, env=_env(), stdin=subprocess.PIPE,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
@@ -626,6 +637,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--role", choices=("pub", "sub"), help=argparse.SUPPRESS)
     ap.add_argument("--port", type=int, help=argparse.SUPPRESS)
     ap.add_argument("--client-id", help=argparse.SUPPRESS)
+    ap.add_argument("--tls-ca", help=argparse.SUPPRESS)  # (benchmarks/secure.py's clients)
+    ap.add_argument("--user", help=argparse.SUPPRESS)
     ap.add_argument("--count", type=int, default=8000, help="messages per run (default 8000)")
     ap.add_argument("--max-seconds", type=float, default=6.0,
                     help="the publisher stops sending after this long (default 6)")

@@ -220,6 +220,16 @@ def test_mqtt_shared_group() -> None:
     assert "RESULT: every subscriber got every message (at QoS 2 exactly once)" in out
 
 
+def test_secure() -> None:
+    """benchmarks/secure.py: plain MQTT next to TLS with a log-in and a 1,000-rule ACL."""
+    if shutil.which("mosquitto_passwd") is None:
+        pytest.skip("no mosquitto_passwd (Debian package mosquitto)")
+    out = run_benchmark("secure", "--quick")
+    assert re.search(r"^QoS 2: secure / plain throughput \d+\.\d\dx, router CPU per message "
+                     r"\d+\.\d\dx$", out, re.M), out
+    assert "RESULT: every subscriber got every message (at QoS 2 exactly once)" in out
+
+
 def test_mqtt_next_to_mosquitto() -> None:
     """Both servers and their ratio, when the mosquitto broker is installed (Debian package
     `mosquitto`; `make test` installs only mosquitto-clients). Never installs it: the
