@@ -26,15 +26,18 @@ class TlsMq(Mq):
     """The paho wrapper of the MQTT tests, connecting over TLS."""
 
     def __init__(self, port: int, client_id: str, ca: str,
-                 cert: tuple[str, str] | None = None) -> None:
-        self._tls = (ca, cert)
+                 cert: tuple[str, str] | None = None,
+                 user: tuple[str, str] | None = None) -> None:
+        self._tls = (ca, cert, user)
         super().__init__(port, client_id, V5)
 
     def _configure(self, c: Any) -> None:  # called by Mq before connect
-        ca, cert = self._tls
+        ca, cert, user = self._tls
         c.tls_set(ca_certs=ca, certfile=cert[0] if cert else None,
                   keyfile=cert[1] if cert else None, cert_reqs=ssl.CERT_REQUIRED)
         c.tls_insecure_set(True)  # (the chain is checked; the name is 127.0.0.1)
+        if user is not None:
+            c.username_pw_set(*user)
 
 
 def _router(tmp: Path, client_cert: str = "none") -> tuple[Any, dict[str, Any]]:
