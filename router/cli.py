@@ -24,6 +24,7 @@ import argparse
 import gc
 import json
 import logging
+import ssl
 import sys
 from collections.abc import Sequence
 from urllib.parse import quote
@@ -152,8 +153,14 @@ def _demo_parser(sub: argparse._SubParsersAction) -> None:
 
 def _status_parser(sub: argparse._SubParsersAction) -> None:
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--http", metavar="HOST:PORT", required=True,
-                        help="the router's status endpoint (its --http option)")
+    where = common.add_mutually_exclusive_group(required=True)
+    where.add_argument("--http", metavar="HOST:PORT",
+                       help="the router's status endpoint (its --http option)")
+    where.add_argument("--https", metavar="HOST:PORT",
+                       help="the router's status endpoint over TLS (its --https option)")
+    common.add_argument("--cacert", metavar="FILE",
+                        help="with --https: the CA that signed the router's certificate "
+                        "(default: the system's)")
     p = sub.add_parser("status", help="ask a router about deliveries and its health",
                        description="Ask a router's status endpoint (router option --http) and "
                        "print its JSON answer.")
@@ -291,11 +298,16 @@ def run_status(args: argparse.Namespace) -> int:
     from .runtime.status import StatusError, fetch
 
     try:
-        where = parse_hostport(args.http, "--http")
+        tls = None
+        if args.https:
+            where = parse_hostport(args.https, "--https")
+            tls = ssl.create_default_context(cafile=args.cacert)
+        else:
+            where = parse_hostport(args.http, "--http")
         path = {"delivery": f"/deliveries/{quote(getattr(args, 'id', ''), safe='')}",
                 "deliveries": "/deliveries", "health": "/health"}[args.action]
-        code, body = fetch(where, path)
-    except (ConfigError, StatusError) as err:
+        code, body = fetch(where, path, tls=tls)
+    except (ConfigError, StatusError, OSError) as err:  # (OSError: an unreadable --cacert)
         print(f"exactmesh: error: {err}", file=sys.stderr)
         return EXIT_USAGE
     if code == 200 or (code == 404 and args.action == "delivery"):

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import signal
 import socket
+import subprocess
 import threading
 from pathlib import Path
 from typing import Any
@@ -16,7 +17,7 @@ import trustme
 from proton import ConnectionException, Message, SSLDomain, Timeout
 from proton.utils import BlockingConnection
 
-from tests.harness import RouterProcess, free_port, wait_for
+from tests.harness import EXACTMESH, RouterProcess, free_port, wait_for
 
 
 def _files(directory: Path, ca: trustme.CA, name: str) -> tuple[str, str]:
@@ -170,3 +171,11 @@ def test_the_status_endpoint_over_https(tmp_path: Path) -> None:
         assert answer.status == 200
         assert json.loads(answer.read())["router"] == "H"
         conn.close()
+        ca_file = _ca_file(tmp_path, server_ca, "cli")
+        cli = subprocess.run([EXACTMESH, "status", "health", "--https", f"127.0.0.1:{port}",
+                              "--cacert", ca_file], capture_output=True, text=True, timeout=20)
+        assert cli.returncode == 0 and json.loads(cli.stdout)["router"] == "H", cli.stderr
+        untrusted = subprocess.run([EXACTMESH, "status", "health", "--https",
+                                    f"127.0.0.1:{port}"], capture_output=True, text=True,
+                                   timeout=20)
+        assert untrusted.returncode == 2 and "CERTIFICATE_VERIFY_FAILED" in untrusted.stderr

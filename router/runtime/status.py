@@ -271,13 +271,18 @@ def health(node: Node) -> JsonBody:
 # ------------------------------------------------------------------ the client
 
 
-def fetch(where: HostPort, path: str, timeout: float = 10.0) -> tuple[int, JsonBody]:
-    """GET `path` from the status endpoint at `where`: (HTTP status, JSON body). Raises
-    `StatusError` naming the address when there is no JSON answer."""
+def fetch(where: HostPort, path: str, timeout: float = 10.0,
+          tls: ssl.SSLContext | None = None) -> tuple[int, JsonBody]:
+    """GET `path` from the status endpoint at `where` (over HTTPS with the client context
+    `tls`): (HTTP status, JSON body). Raises `StatusError` naming the address when there is
+    no JSON answer."""
     host = f"[{where.host}]" if ":" in where.host else where.host
-    url = f"http://{host}:{where.port}{path}"
+    url = f"{'https' if tls is not None else 'http'}://{host}:{where.port}{path}"
     # No proxies: the endpoint is addressed directly, whatever http_proxy says.
-    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    handlers: list[Any] = [urllib.request.ProxyHandler({})]
+    if tls is not None:
+        handlers.append(urllib.request.HTTPSHandler(context=tls))
+    opener = urllib.request.build_opener(*handlers)
     try:
         with opener.open(url, timeout=timeout) as resp:
             return resp.status, _json_body(resp.read(), url)
