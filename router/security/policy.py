@@ -90,9 +90,6 @@ class Policy:
         self.refusals["subscribe"] += 1
         return False
 
-    def may_read(self, username: str | None, client_id: str, topic: str) -> bool:
-        return self.acl is None or self.acl.may_read(username, client_id, topic)
-
     def admit(self, peer: str, connections: Iterable[Any], max_total: int,
               max_per_host: int) -> str | None:
         """None if a new connection from `peer` ("host:port") may be served beside the open
