@@ -89,7 +89,7 @@ class LinkState:
 
     __slots__ = (
         "annotation", "anonymous", "client", "deliveries", "durable", "id", "is_publisher",
-        "label", "link", "ptr", "replies", "settle_first",
+        "label", "link", "ptr", "reads", "replies", "settle_first",
     )
 
     def __init__(self, link: Link, link_id: int, is_publisher: bool, label: str) -> None:
@@ -101,6 +101,9 @@ class LinkState:
         self.durable = ""  # a durable subscriber's key, kept in the relay store if any
         self.client = ""  # the client's container-id
         self.replies = False  # a client's reply link at a relay (amqp_edge/replies.py)
+        # A subscriber to a topic filter: with an ACL file each message is checked against
+        # what the client may read (a dynamic or reply link gets only its own answers).
+        self.reads = False
         # A publisher link with a null target (anonymous relay): each message names its topic
         # in its `to` property.
         self.anonymous = False
@@ -289,9 +292,8 @@ class AmqpConnection:
             shared = split_shared(topic_filter)
             inner = shared[1] if shared is not None else topic_filter
             if not self.node.policy.may_subscribe(self.user, ident.container, inner):
-                self._refuse(link, UNAUTHORIZED, f"not authorized to read all of {inner!r} "
-                             f"({self._whose_rules()}; a wildcard must stay within what "
-                             "they allow)")
+                self._refuse(link, UNAUTHORIZED, f"not authorized to read anything {inner!r} "
+                             f"matches ({self._whose_rules()})")
                 return
         declared, gen = subscriber_resume(link.remote_properties)
         presettled = link.remote_snd_settle_mode == Link.SND_SETTLED
@@ -304,6 +306,7 @@ class AmqpConnection:
         warm_timeout = None if source.dynamic else self._warm_timeout(source, link)
         ls = self._register(link, False, ident)
         ls.replies = replies
+        ls.reads = not (replies or source.dynamic)
         store = self.node.relay_store
         if warm_timeout is not None and store is not None:  # kept across a restart
             store.keep_link(ident.key, ident.container, ident.name, topic_filter, presettled,
@@ -522,6 +525,8 @@ class AmqpConnection:
         """Carry out one engine action on one of this connection's links."""
         kind = type(action)
         if kind is Send:
+            if ls.reads and self.node.policy.checks_reads and not self._may_read(ls, action):
+                return
             payload = action.payload
             if ls.replies:  # the reply name the request carried, not the surrogate
                 payload = restore_name(self.node, payload)
@@ -555,6 +560,21 @@ class AmqpConnection:
         elif kind is CloseLink:
             self._close_link(ls, action.condition, action.description)
         self._output()
+
+    def _may_read(self, ls: LinkState, action: Send) -> bool:
+        """Whether the ACL lets this client be sent the copy (a filter may be wider than what
+        it may read: each message is checked, as mosquitto does). One it may not read is not
+        sent and counts as accepted for its publisher; the credit it took goes back."""
+        if self.node.policy.may_read(self.user, ls.client, action.address):
+            return True
+        log.debug("subscriber %s: not sent a message for %r (not authorized to read it)",
+                  ls.label, action.address)
+        engine = self.engine
+        if not action.settled:
+            engine.handle(ev.CopyOutcome(self._now, ls.id, action.tag, Disposition.ACCEPTED,
+                                         True))
+        engine.handle(ev.SubscriberCredit(self._now, ls.id, engine.credit(ls.id) + 1))
+        return False
 
     def _reject(self, d: Any, outcome: Any) -> None:
         delivery = Delivery.wrap(d)

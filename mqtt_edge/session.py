@@ -793,7 +793,8 @@ class MqttConnection:
         if self.node.policy.may_subscribe(self.username, self.client_id, inner):
             return True
         log.warning("mqtt connection %s (client %r): not authorized to subscribe to %r (the "
-                    "ACL file)", self.peer, self.client_id, topic_filter)
+                    "ACL file lets it read nothing it matches)", self.peer, self.client_id,
+                    topic_filter)
         return False
 
     def _send_retained(self, topic_filter: str, sub_qos: int) -> None:
@@ -803,7 +804,11 @@ class MqttConnection:
         and goes at QoS 0 when the window is full; not resent after a reconnect)."""
         session = self.session
         assert session is not None
+        policy = self.node.policy
         for r, props in self.state.retained.matching(topic_filter, self.node.now()):
+            if policy.checks_reads and not policy.may_read(self.username, self.client_id,
+                                                           r.topic):
+                continue  # a wide filter gets only what the client may read
             qos = min(sub_qos, r.qos)
             if qos and self._window() <= 0:
                 qos = 0
@@ -880,6 +885,8 @@ class MqttConnection:
                 self.engine.handle(ev.SubscriberCredit(self._now, sl.id, room))
 
     def _on_send(self, sl: SubLink, action: Send) -> None:
+        if self.node.policy.checks_reads and not self._may_read(sl, action):
+            return
         if action.settled:
             self._publish_out(sl, action, 0, None)
             if sl.qos:
@@ -896,6 +903,21 @@ class MqttConnection:
             self.backlog.append((sl, action))
             return
         self._send_unsettled(sl, action)
+
+    def _may_read(self, sl: SubLink, action: Send) -> bool:
+        """Whether the ACL lets this client be sent the copy (a filter may be wider than what
+        it may read: each message is checked, as mosquitto does). One it may not read is not
+        sent and counts as accepted for its publisher; the credit it took goes back."""
+        if self.node.policy.may_read(self.username, self.client_id, action.address):
+            return True
+        log.debug("mqtt client %r: not sent a message for %r (not authorized to read it)",
+                  self.client_id, action.address)
+        engine = self.engine
+        if not action.settled:
+            engine.handle(ev.CopyOutcome(self._now, sl.id, action.tag, Disposition.ACCEPTED,
+                                         True))
+        engine.handle(ev.SubscriberCredit(self._now, sl.id, engine.credit(sl.id) + 1))
+        return False
 
     def _send_unsettled(self, sl: SubLink, action: Send) -> None:
         session = self.session

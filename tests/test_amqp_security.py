@@ -32,6 +32,8 @@ topic readwrite alice/#
 topic read news/#
 user bob
 topic write news/today
+user carol
+topic write secret/#
 """
 
 
@@ -39,6 +41,7 @@ def _files(tmp_path: Path) -> list[str]:
     pw, acl = tmp_path / "passwd", tmp_path / "acl"
     subprocess.run([PASSWD, "-c", "-b", str(pw), "alice", PASSWORD], check=True)
     subprocess.run([PASSWD, "-b", str(pw), "bob", "builder"], check=True)
+    subprocess.run([PASSWD, "-b", str(pw), "carol", "carol's"], check=True)
     acl.write_text(ACL)
     return ["--password-file", str(pw), "--acl-file", str(acl)]
 
@@ -86,7 +89,7 @@ def test_users_log_in_with_sasl_plain_and_get_their_rules(tmp_path: Path) -> Non
         assert not errors, errors
         alice.create_sender("alice/notes")
         for make in (lambda: alice.create_sender("news/today"),
-                     lambda: alice.create_receiver("#", name="everything")):
+                     lambda: alice.create_receiver("bob/#", name="nothing of hers")):
             with pytest.raises(LinkDetached, match="unauthorized-access"):
                 make()
         anonymous_relay = alice.create_sender(None)
@@ -94,6 +97,38 @@ def test_users_log_in_with_sasl_plain_and_get_their_rules(tmp_path: Path) -> Non
             anonymous_relay.send(Message(address="public/x", body="not hers"))
         assert sent.value.state == Delivery.REJECTED
         anonymous_relay.send(Message(address="alice/notes", body="hers"))
+        alice.close()
+
+
+def test_a_wide_receiver_gets_only_what_its_user_may_read(tmp_path: Path) -> None:
+    """alice's `#` receiver is granted; each message is checked at delivery (as mosquitto
+    does): carol's 30 secret messages are accepted without reaching alice (more than her
+    credit of 5, which each of them gives back), bob's news reaches her."""
+    with RouterProcess("S", *_files(tmp_path), "--allow-plain-without-tls") as router:
+        alice = _connect(router.url, "alice", PASSWORD)
+        everything = alice.create_receiver("#", name="everything", credit=5)
+        errors: list[BaseException] = []
+
+        def others_send() -> None:
+            try:
+                carol = _connect(router.url, "carol", "carol's")
+                secret = carol.create_sender("secret/x")
+                for i in range(30):
+                    secret.send(Message(body=f"secret {i}"))  # waits for "accepted"
+                carol.close()
+                bob = _connect(router.url, "bob", "builder")
+                bob.create_sender("news/today").send(Message(body="headline"))
+                bob.close()
+            except BaseException as exc:
+                errors.append(exc)
+
+        thread = threading.Thread(target=others_send, daemon=True)
+        thread.start()
+        # The secret messages went first: had any been sent to alice, it would come first.
+        assert everything.receive(timeout=20).body == "headline"
+        everything.accept()
+        alice.wait(lambda: not thread.is_alive(), timeout=10)
+        assert not errors, errors  # each of carol's 30 sends was accepted
         alice.close()
 
 
@@ -117,7 +152,7 @@ def test_anonymous_clients_get_the_anonymous_rules_when_allowed(tmp_path: Path) 
         conn = _connect(router.url, None, None)
         conn.create_sender("public/t")
         for make in (lambda: conn.create_sender("alice/inbox"),
-                     lambda: conn.create_receiver("#", name="everything")):
+                     lambda: conn.create_receiver("alice/#", name="alice's")):
             with pytest.raises(LinkDetached, match="unauthorized-access"):
                 make()
         conn.close()

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import trustme
 
-from amqp_edge.client import Login, Publisher
+from amqp_edge.client import Login, Publisher, Subscriber
 from tests.harness import RouterProcess, free_port, wait_for
 from tests.test_mqtt_tls import TlsMq
 
@@ -85,6 +85,13 @@ def test_the_secure_three_router_configuration(tmp_path: Path) -> None:
         wait_for(lambda: any("knows subscriber dev1/mqtt/devices/dev1/#@C" in line
                              for line in routers["A"].log), 15, "A to know the device")
         login = Login("ingest", USERS["ingest"], ca=ca, verify_name=False)
+        # The ingest service's `devices/#` is wider than what it may read (telemetry): it is
+        # granted, and each message is checked at B, where it is delivered.
+        watcher = Subscriber([f"amqps://127.0.0.1:{ports['B']['amqps']}"], "devices/#",
+                             id="ingest-watch", state_dir=str(tmp_path / "watch"), login=login)
+        watcher.wait_attached(15)
+        wait_for(lambda: any("knows subscriber" in line and "ingest-watch" in line
+                             for line in routers["A"].log), 15, "A to know the watcher")
         with Publisher([f"amqps://127.0.0.1:{ports['A']['amqps']}"], "devices/dev1/commands/on",
                        id="ingest", state_dir=str(tmp_path / "ingest"), login=login) as pub:
             for i in range(20):
@@ -95,8 +102,14 @@ def test_the_secure_three_router_configuration(tmp_path: Path) -> None:
         assert device.payloads() == [b"cmd %d" % i for i in range(20)]
         other = device.publish("devices/dev2/telemetry/t", b"not mine", 1)
         own = device.publish("devices/dev1/telemetry/t", b"mine", 1)
+        # The 20 commands matched the watcher too, but were not its to read: its first
+        # message is the device's telemetry, sent after them (and answered once it accepts).
+        msg = watcher.receive(timeout=15)
+        assert msg is not None and msg.body == b"mine"
+        watcher.accept(msg)
         wait_for(lambda: other in device.acks and own in device.acks, 10, "both answers")
         assert device.acks[other][0].value == 0x87 and device.acks[own][0].value == 0
+        watcher.close()
         device.stop()
     finally:
         for router in routers.values():

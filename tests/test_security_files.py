@@ -1106,27 +1106,3 @@ def test_password_entries_are_accepted_by_mosquitto_2_broker(tmp_path: Path) -> 
             c.stop()
             assert (not c.refused) is passwords.check(user, password), (user, password)
             assert (not c.refused) is (users.get(user) == password != "")
-
-
-def test_may_read_all_is_never_wider_than_may_read() -> None:
-    """The subscription check the router uses: a filter it accepts reaches only readable
-    topics, whatever the order of the rules in the file (denies are consulted first)."""
-    acl = parse_acl("user u\ntopic read a/#\ntopic deny a/secret\n"
-                    "pattern read dev/%c/#\npattern deny dev/%c/private\n", "t")
-    assert acl.may_read_all("u", "c1", "a/public/#")
-    assert not acl.may_read_all("u", "c1", "a/#")  # the deny after the grant still counts
-    assert not acl.may_read_all("u", "c1", "#")
-    assert acl.may_read_all("u", "c1", "dev/c1/temp/+")
-    assert not acl.may_read_all("u", "c1", "dev/c1/#")
-    assert not acl.may_read_all("u", "c1", "dev/c2/temp")
-    topics = ["a/public/x", "a/secret", "dev/c1/temp/1", "dev/c1/private", "dev/c2/temp", "b"]
-    for f in ("a/#", "a/+/x", "dev/+/temp/#", "dev/c1/+", "+/+", "#", "a/public/#"):
-        if acl.may_read_all("u", "c1", f):
-            reach = [t for t in topics if _mqtt_match(f, t)]
-            assert all(acl.may_read("u", "c1", t) for t in reach), (f, reach)
-
-
-def _mqtt_match(topic_filter: str, topic: str) -> bool:
-    from router.core.topics import matches
-
-    return matches(topic_filter, topic)

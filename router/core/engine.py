@@ -467,6 +467,12 @@ class Engine(FailoverMixin):
                 sub.stored_full = False
             self._pump(sub)
 
+    def credit(self, link: int) -> int:
+        """The credit the engine counts for subscriber `link` (0 for an unknown link): an
+        edge that did not send a copy it was given adds one back with `SubscriberCredit`."""
+        sub = self.subscribers.get(link)
+        return sub.credit if sub is not None else 0
+
     def has_queued(self, link: int) -> bool:
         sub = self.subscribers.get(link)
         return bool(sub and sub.queue)

@@ -396,38 +396,6 @@ class Acl:
             return self._answers(username, client_id, topic, _READ)
         return self._decide(username, client_id, topic, _READ)
 
-    def may_read_all(self, username: str | None, client_id: str, topic_filter: str) -> bool:
-        """Whether every topic `topic_filter` matches passes `may_read`, judged safely: one
-        read grant covers the whole filter and no deny consulted before its kind of grant
-        reaches into it.
-        It may say False for a filter that only several grants together cover; it never
-        says True for one that reaches a topic the client may not read. The router takes
-        subscriptions by this (docs/security.md), so a subscriber is never sent what it may
-        not read without a check per message."""
-        levels = _filter_levels(topic_filter)
-        if levels is None:
-            return False
-        effective, skipped = self._effective(username, client_id)
-        # By the order rules are consulted (user denies, user grants, pattern denies,
-        # pattern grants), not by their order in the file.
-        by_rank: dict[int, list[tuple[str, ...]]] = {}
-        for eff in effective:
-            if eff.rule.kind == "pattern" and skipped:
-                break
-            if eff.levels is not None and (eff.rule.rank in (_USER_DENY, _PATTERN_DENY)
-                                           or eff.rule.grants(_READ)):
-                by_rank.setdefault(eff.rule.rank, []).append(eff.levels)
-
-        def reached(rank: int) -> bool:
-            return any(_intersect(d, levels) is not None for d in by_rank.get(rank, ()))
-
-        def covered(rank: int) -> bool:
-            return any(_covers(g, levels) for g in by_rank.get(rank, ()))
-
-        if reached(_USER_DENY):
-            return False
-        return covered(_USER_GRANT) or (covered(_PATTERN_GRANT) and not reached(_PATTERN_DENY))
-
     def may_subscribe(self, username: str | None, client_id: str, topic_filter: str) -> bool:
         """Whether a subscription to `topic_filter` could ever deliver a message: False when no
         topic the filter matches can pass `may_read`; True when some rule grants read access

@@ -82,12 +82,25 @@ class Policy:
         return False
 
     def may_subscribe(self, username: str | None, client_id: str, topic_filter: str) -> bool:
-        """Whether the ACL lets this client read every topic `topic_filter` matches (see
-        `Acl.may_read_all`: mosquitto accepts wider filters and checks each message; this
-        router refuses them, so nothing is checked per message)."""
-        if self.acl is None or self.acl.may_read_all(username, client_id, topic_filter):
+        """Whether the ACL lets this client read some topic `topic_filter` matches (see
+        `Acl.may_subscribe`). A filter wider than what the client may read is taken, and
+        each message is then checked at delivery (`may_read`), as mosquitto does."""
+        if self.acl is None or self.acl.may_subscribe(username, client_id, topic_filter):
             return True
         self.refusals["subscribe"] += 1
+        return False
+
+    @property
+    def checks_reads(self) -> bool:
+        """Whether each delivery must be checked with `may_read` (an ACL file is in force)."""
+        return self.acl is not None
+
+    def may_read(self, username: str | None, client_id: str, topic: str) -> bool:
+        """Whether a message published to `topic` may be sent to this subscriber; one that
+        may not is not sent, and counted ("read")."""
+        if self.acl is None or self.acl.may_read(username, client_id, topic):
+            return True
+        self.refusals["read"] += 1
         return False
 
     def admit(self, peer: str, connections: Iterable[Any], max_total: int,
