@@ -18,6 +18,7 @@ import trio
 
 from router.config import HostPort
 from router.security.gate import HANDSHAKE_TIMEOUT, admitted, tls_handshake
+from router.security.policy import FAILED_LOG_IN_DELAY
 
 from .connection import AmqpConnection
 from .sasl import SaslServer
@@ -28,7 +29,6 @@ if TYPE_CHECKING:
 log = logging.getLogger("exactmesh.amqp")
 
 READ_SIZE = 64 * 1024
-FAILED_LOG_IN_DELAY = 1.0  # seconds before a refused SASL log-in is answered
 CLOSE_GRACE = 2.0  # seconds a closing connection gets to send its last frames
 
 

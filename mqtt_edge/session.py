@@ -40,7 +40,7 @@ from router.core.events import NO_LOCAL
 from router.core.failover import LINK_STOLEN
 from router.core.records import ALL, LinkIdentity
 from router.core.topics import SHARE_PREFIX, split_shared
-from router.security.policy import BAD_CREDENTIALS, NOT_AUTHORIZED, Refusal
+from router.security.policy import BAD_CREDENTIALS, FAILED_LOG_IN_DELAY, NOT_AUTHORIZED, Refusal
 
 from . import mapping, retained
 from .codec import MQTT_5, PLAIN_ACK_SHIFT, Decoder, ProtocolError, encode, encode_plain_publish
@@ -316,6 +316,9 @@ class MqttConnection:
         self.aliases: dict[int, str] = {}  # the client's Topic Aliases: this connection's only
         self.will: Will | None = None  # published if the connection ends without DISCONNECT
         self.will_delay = 0.0  # its Will Delay Interval (5.0)
+        # A refused log-in: the CONNACK that says so, sent FAILED_LOG_IN_DELAY after it (the
+        # watchdog's deadline); what the client sends meanwhile is not read.
+        self.refused: bytes | None = None
 
     # ---------------------------------------------------------------- input
 
@@ -324,11 +327,12 @@ class MqttConnection:
         """The reader must wait: more messages are held for publisher credit than the
         client may have unacknowledged (plus room for QoS 0), or the connection is closing.
         It keeps reading below that: the PUBRELs and acks that free credit come behind."""
-        return len(self.held) >= self.receive_max + HELD_QOS0 or self.closing
+        return len(self.held) >= self.receive_max + HELD_QOS0 or self.closing \
+            or self.refused is not None
 
     def receive(self, data: bytes, now: float | None = None) -> None:
         """Bytes from the client; *now*: the router's clock, when the caller has read it."""
-        if self.closing:
+        if self.closing or self.refused is not None:
             return
         # One clock read per batch of packets at most: the engine's `now` for the PUBLISHes
         # in it (a trio clock read is a few Python calls; this is the per-message path).
@@ -337,15 +341,15 @@ class MqttConnection:
             packets = self.decoder.receive(data)
         except ProtocolError as err:
             for packet in err.packets:
-                if not self.closing:
+                if not (self.closing or self.refused is not None):
                     self._dispatch(packet)
-            if not self.closing:
+            if not (self.closing or self.refused is not None):
                 self._codec_error(err)
             self._credit_now()
             self.node.flush()
             return
         for packet in packets:
-            if self.closing:
+            if self.closing or self.refused is not None:
                 break
             if self.held and type(packet) not in NEVER_HELD:
                 self.held.append(packet)  # after the PUBLISHes waiting for credit, in order
@@ -418,7 +422,10 @@ class MqttConnection:
         props = EMPTY_PROPERTIES
         if self.version == MQTT_5 and c.properties.request_problem_information != 0:
             props = Properties(reason_string=f"{refusal.kind}: {refusal.detail}"[:256])
-        self._close_with(encode(ConnAck(False, code.value, props), self.version))
+        self.refused = encode(ConnAck(False, code.value, props), self.version)
+        self.last_heard = self._now  # the answer is due FAILED_LOG_IN_DELAY from now
+        if self.on_deadline is not None:
+            self.on_deadline()  # the watchdog sends it (`keepalive_expired`)
         return False
 
     def _who(self) -> str:
@@ -1113,6 +1120,8 @@ class MqttConnection:
         self._close_with(b"")
 
     def keepalive_deadline(self) -> float | None:
+        if self.refused is not None:
+            return self.last_heard + FAILED_LOG_IN_DELAY
         if not self.connected:
             return self.last_heard + CONNECT_TIMEOUT
         if not self.keep_alive:
@@ -1121,6 +1130,9 @@ class MqttConnection:
 
     def keepalive_expired(self) -> None:
         if self.closing:
+            return
+        if self.refused is not None:  # a refused log-in, answered after the delay
+            self._close_with(self.refused)
             return
         if not self.connected:
             log.warning("mqtt connection %s: no CONNECT within %g s; closing", self.peer,

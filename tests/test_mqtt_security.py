@@ -11,13 +11,14 @@ from __future__ import annotations
 import shutil
 import signal
 import subprocess
+import time
 from pathlib import Path
 from typing import Any
 
 import paho.mqtt.client as mqtt
 import pytest
 
-from router.security.policy import BAD_CREDENTIALS, NOT_AUTHORIZED
+from router.security.policy import BAD_CREDENTIALS, FAILED_LOG_IN_DELAY, NOT_AUTHORIZED
 from tests.harness import RouterProcess, free_port, wait_for
 from tests.test_mqtt_edge import V5, V311
 from tests.test_status import get
@@ -122,6 +123,45 @@ def test_wrong_password_unknown_user_and_anonymous_are_refused(secured: Any,
                          for line in secured.log), 5, "the refusal's log line")
     assert not any(USERS["alice"] in line or "Tr0ub4dor" in line for line in secured.log), \
         "a password in the log"
+
+
+def test_a_refused_log_in_is_answered_after_a_delay_while_others_go_on(secured: Any) -> None:
+    """Each refused CONNECT waits FAILED_LOG_IN_DELAY for its CONNACK (it slows password
+    guessing), without holding up anyone else: a good client's stream flows meanwhile."""
+    port = secured.mqtt
+    alice = Client(port, "alice-d", V5, "alice", USERS["alice"])
+    alice.subscribe("alice/#")
+    started = time.monotonic()
+    guesses = [Guess(port, f"guess-{i}") for i in range(10)]
+    mids = [alice.publish("alice/x", b"%d" % i) for i in range(20)]
+    wait_for(lambda: all(m in alice.acks for m in mids) and len(alice.got) == 20, 10,
+             "alice's 20 messages")
+    flowed = time.monotonic() - started
+    wait_for(lambda: all(g.answered is not None for g in guesses), 10, "ten refusals")
+    assert all(g.code == 0x86 for g in guesses), [g.code for g in guesses]
+    assert min(g.answered for g in guesses) - started >= FAILED_LOG_IN_DELAY * 0.9
+    assert flowed < FAILED_LOG_IN_DELAY, "the refusals' delay held up alice's stream"
+    alice.stop()
+
+
+class Guess:
+    """A paho 5.0 client with a wrong password: when its CONNACK came, and its code."""
+
+    def __init__(self, port: int, client_id: str) -> None:
+        self.answered: float | None = None
+        self.code: int | None = None
+        self.c = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id=client_id,
+                             protocol=V5)
+        self.c.username_pw_set("alice", "a guess")
+        self.c.on_connect = self._connack
+        self.c.connect_async("127.0.0.1", port, 30)
+        self.c.loop_start()
+
+    def _connack(self, c: Any, u: Any, f: Any, rc: Any, p: Any = None) -> None:
+        self.code = rc.value
+        self.answered = time.monotonic()
+        c.disconnect()
+        c.loop_stop()
 
 
 def test_what_is_allowed_flows_and_forbidden_publishes_get_0x87(secured: Any) -> None:

@@ -17,6 +17,10 @@ from typing import Any
 from router.security.acl import Acl, AclFileError, load_acl_file
 from router.security.passwords import PasswordFileError, Passwords, load_password_file
 
+# Seconds before a refused log-in is answered (and its connection closed): it slows password
+# guessing, and costs the router nothing meanwhile (the connection only waits).
+FAILED_LOG_IN_DELAY = 1.0
+
 # Why a connection is refused (the MQTT edge maps them to its reason codes).
 BAD_CREDENTIALS = "bad user name or password"
 NOT_AUTHORIZED = "not authorized"
