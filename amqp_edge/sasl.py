@@ -1,5 +1,6 @@
 """The server side of AMQP's SASL layer (AMQP 1.0 section 5.3), for logging in with a user
-name and password (PLAIN, RFC 4616) or as nobody (ANONYMOUS). proton's own SASL server
+name and password (PLAIN, RFC 4616), as the TLS client certificate's name (EXTERNAL, RFC
+4422 appendix A, with --tls-identity-as-username) or as nobody (ANONYMOUS). proton's own SASL server
 offers only EXTERNAL and ANONYMOUS without Cyrus, so the router runs this exchange itself,
 before the connection's bytes reach proton, which then sees a client that skipped SASL.
 
@@ -29,14 +30,16 @@ OK, AUTH = 0, 1  # sasl-code (section 5.3.3.6)
 MAX_FRAME = 4096  # a sasl-init with a user name and password fits well within this
 SASL_FRAME = 1  # frame type (section 5.3.1)
 
-# (user, password) -> why not, or None to let the client in; user None: ANONYMOUS.
+# (user, password) -> why not, or None to let the client in. ANONYMOUS gives (None, None),
+# EXTERNAL (the certificate's name, None), PLAIN a password (bytes, maybe empty).
 Check = Callable[[str | None, bytes | None], str | None]
 
 
 class SaslServer:
-    def __init__(self, mechanisms: list[str], check: Check) -> None:
+    def __init__(self, mechanisms: list[str], check: Check, identity: str | None = None) -> None:
         self.mechanisms = mechanisms
         self.check = check
+        self.identity = identity  # the verified client certificate's name, for EXTERNAL
         self.out = bytearray()
         self.done = False
         self.user: str | None = None
@@ -83,7 +86,10 @@ class SaslServer:
                 self._fail(f"mechanism {mechanism!r} is not offered here (offered: "
                            f"{', '.join(self.mechanisms) or 'none'})")
                 return
-            user, password = _credentials(mechanism, response)
+            if mechanism == "EXTERNAL":
+                user, password = _external(response, self.identity), None
+            else:
+                user, password = _credentials(mechanism, response)
         except (ValueError, KeyError, IndexError, TypeError, DataException) as err:
             self._fail(f"malformed sasl-init ({err or type(err).__name__})")
             return
@@ -100,6 +106,17 @@ class SaslServer:
         self.done = True
         if send and self._header_seen:
             self.out += _frame(_described(OUTCOME, [AUTH]))
+
+
+def _external(response: bytes, identity: str | None) -> str:
+    """EXTERNAL: the user is the certificate's; the response may only repeat that name."""
+    if identity is None:
+        raise ValueError("EXTERNAL without a verified client certificate")
+    asked = response.decode("utf-8")
+    if asked and asked != identity:
+        raise ValueError(f"EXTERNAL asks to act as {asked!r}, but the client certificate "
+                         f"names {identity!r}")
+    return identity
 
 
 def _credentials(mechanism: str, response: bytes) -> tuple[str | None, bytes | None]:

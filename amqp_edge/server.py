@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 import trio
 
 from router.config import HostPort
-from router.security.gate import HANDSHAKE_TIMEOUT, admitted, tls_handshake
+from router.security.gate import HANDSHAKE_TIMEOUT, admitted, certificate_user, tls_handshake
 from router.security.policy import FAILED_LOG_IN_DELAY
 
 from .connection import AmqpConnection
@@ -63,7 +63,8 @@ async def _serve_connection(node: RuntimePort, stream: trio.abc.Stream) -> None:
         await _close(stream)
         return
     user, first = None, b""
-    log_in = not node.policy.open  # a password or ACL file: clients log in (our SASL)
+    # A password or ACL file, or a limit per user: clients log in (our SASL).
+    log_in = not node.policy.open or node.config.max_connections_per_user > 0
     if log_in:
         outcome = await _log_in(node, stream, peer)
         if outcome is None:
@@ -108,18 +109,22 @@ async def _log_in(node: RuntimePort, stream: trio.abc.Stream,
                   peer: str) -> tuple[str | None, bytes] | None:
     """The SASL exchange (amqp_edge/sasl.py), with the handshake deadline: the user (None:
     anonymous) and the bytes that followed it, or None (refused, logged, answered)."""
-    policy = node.policy
-    mechanisms = []
-    if isinstance(stream, trio.SSLStream) or node.config.allow_plain_without_tls:
+    policy, cfg = node.policy, node.config
+    tls = isinstance(stream, trio.SSLStream)
+    identity = certificate_user(stream) if tls and cfg.tls_identity_as_username else None
+    mechanisms = ["EXTERNAL"] if identity is not None else []
+    if tls or cfg.allow_plain_without_tls:
         mechanisms.append("PLAIN")
     if policy.anonymous_allowed:
         mechanisms.append("ANONYMOUS")
 
     def check(user: str | None, password: bytes | None) -> str | None:
-        refusal = policy.authenticate(user, password)
+        certified = user is not None and password is None  # EXTERNAL (see sasl.Check)
+        refusal = policy.authenticate(user, password, certified) or policy.admit_user(
+            user, node.connections, cfg.max_connections_per_user)
         return None if refusal is None else f"{refusal.kind}: {refusal.detail}"
 
-    sasl = SaslServer(mechanisms, check)
+    sasl = SaslServer(mechanisms, check, identity)
     with trio.move_on_after(HANDSHAKE_TIMEOUT):
         try:
             while not sasl.done:

@@ -188,6 +188,7 @@ _TO_311 = {
     _R.BAD_USER_NAME_OR_PASSWORD: ConnackReturnCode.BAD_USER_NAME_OR_PASSWORD,
     _R.NOT_AUTHORIZED: ConnackReturnCode.NOT_AUTHORIZED,
     _R.BANNED: ConnackReturnCode.NOT_AUTHORIZED,
+    _R.QUOTA_EXCEEDED: ConnackReturnCode.SERVER_UNAVAILABLE,
 }
 _FROM_311 = {
     ConnackReturnCode.ACCEPTED: _R.SUCCESS,

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 import trio
 
 from router.config import HostPort
-from router.security.gate import admitted, tls_handshake
+from router.security.gate import admitted, certificate_user, tls_handshake
 
 from .persistence import restore_sessions
 from .reactor import READ_SIZE, Output, Reactor
@@ -166,6 +166,7 @@ async def _serve_tls_connection(node: RuntimePort, state: MqttState,
             await trio.aclose_forcefully(stream)
         return
     conn = MqttConnection(node, peer, state)
+    conn.cert_user = certificate_user(stream)
     wake, resumed, moved = _Wake(), _Wake(), _Wake()
     conn.on_output = wake.set
     conn.on_resume = resumed.set

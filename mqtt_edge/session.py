@@ -40,7 +40,13 @@ from router.core.events import NO_LOCAL
 from router.core.failover import LINK_STOLEN
 from router.core.records import ALL, LinkIdentity
 from router.core.topics import SHARE_PREFIX, split_shared
-from router.security.policy import BAD_CREDENTIALS, FAILED_LOG_IN_DELAY, NOT_AUTHORIZED, Refusal
+from router.security.policy import (
+    BAD_CREDENTIALS,
+    FAILED_LOG_IN_DELAY,
+    NOT_AUTHORIZED,
+    TOO_MANY,
+    Refusal,
+)
 
 from . import mapping, retained
 from .codec import MQTT_5, PLAIN_ACK_SHIFT, Decoder, ProtocolError, encode, encode_plain_publish
@@ -139,6 +145,11 @@ def short_reason(outcome: Rejected) -> str:
     if len(text) <= ACK_REASON_MAX:
         return text
     return text[:ACK_REASON_MAX - 3] + "..."
+
+
+# CONNACK reason codes for the kinds of refused log-in (3.1.1: return codes 4, 5 and 3).
+_REFUSAL_CODES = {BAD_CREDENTIALS: RC.BAD_USER_NAME_OR_PASSWORD,
+                  NOT_AUTHORIZED: RC.NOT_AUTHORIZED, TOO_MANY: RC.QUOTA_EXCEEDED}
 
 
 class MqttState:
@@ -298,6 +309,8 @@ class MqttConnection:
         self.session: SessionState | None = None
         self.client_id = ""
         self.username: str | None = None  # as authenticated (router/security/policy.py)
+        # Set by the TLS server: the common name of the client's verified certificate.
+        self.cert_user: str | None = None
         self.keep_alive = 0.0
         self.last_heard = self._now = node.now()
         self.pub: PubLink | None = None
@@ -407,16 +420,21 @@ class MqttConnection:
         """Whether the policy lets this client in (docs/security.md); if not, it is answered
         with CONNACK 0x86 / 0x87 (3.1.1: return code 4 / 5) and closed. A will to a topic it
         may not publish to is refused here too: it could not be published later."""
-        policy = self.node.policy
-        refusal = policy.authenticate(c.username, c.password)
+        policy, cfg = self.node.policy, self.node.config
+        # --tls-identity-as-username: the certificate names the user, as in mosquitto's
+        # use_identity_as_username (the CONNECT's user name and password are not used).
+        cert_user = self.cert_user if cfg.tls_identity_as_username else None
+        username = c.username if cert_user is None else cert_user
+        refusal = policy.authenticate(username, c.password, cert_user is not None) or \
+            policy.admit_user(username, self.node.connections, cfg.max_connections_per_user)
         if refusal is None and c.will is not None and not policy.may_publish(
-                c.username, client_id, c.will.topic):
+                username, client_id, c.will.topic):
             refusal = Refusal(NOT_AUTHORIZED, f"its will topic {c.will.topic!r} is not one it "
                               "may publish to (the ACL file)")
         if refusal is None:
+            self.username = username
             return True
-        code = RC.BAD_USER_NAME_OR_PASSWORD if refusal.kind == BAD_CREDENTIALS \
-            else RC.NOT_AUTHORIZED
+        code = _REFUSAL_CODES[refusal.kind]
         log.warning("mqtt connection %s (client %r): refused, %s: %s", self.peer, client_id,
                     reason_name(code.value), refusal.detail)
         props = EMPTY_PROPERTIES
@@ -427,6 +445,11 @@ class MqttConnection:
         if self.on_deadline is not None:
             self.on_deadline()  # the watchdog sends it (`keepalive_expired`)
         return False
+
+    @property
+    def user(self) -> str | None:
+        """The user it logged in as (what `Policy.admit_user` counts)."""
+        return self.username
 
     def _who(self) -> str:
         return f" (client {self.client_id!r})" if self.client_id else ""
@@ -444,7 +467,6 @@ class MqttConnection:
         self.client_id = client_id
         if not self._admitted(c, client_id):
             return
-        self.username = c.username
         self.keep_alive = float(c.keep_alive)
         if v5:
             if props.receive_maximum:

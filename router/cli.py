@@ -101,6 +101,9 @@ def _router_parser(sub: argparse._SubParsersAction) -> None:
                           "closed at once (default 0: no limit)")
     security.add_argument("--max-connections-per-host", type=int, metavar="N",
                           help="client connections from one IP address (default 0: no limit)")
+    security.add_argument("--max-connections-per-user", type=int, metavar="N",
+                          help="client connections logged in as one user (default 0: no "
+                          "limit)")
     security.add_argument("--amqps", metavar="HOST:PORT",
                           help="where to accept AMQP clients over TLS (with --tls-cert and "
                           "--tls-key)")
@@ -119,6 +122,9 @@ def _router_parser(sub: argparse._SubParsersAction) -> None:
     security.add_argument("--tls-client-cert", choices=["none", "optional", "required"],
                           help="whether clients must present a certificate signed by --tls-ca "
                           "(default none)")
+    security.add_argument("--tls-identity-as-username", action="store_const", const=True,
+                          default=None, help="a client certificate's common name is its user "
+                          "name, no password asked (MQTT; AMQP with SASL EXTERNAL)")
     mesh = p.add_argument_group("mesh (other routers)")
     mesh.add_argument("--listen", metavar="HOST:PORT", help="where peer routers connect")
     mesh.add_argument("--connect", metavar="HOST:PORT", action="append",

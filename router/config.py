@@ -92,6 +92,7 @@ class RouterConfig:
     allow_plain_without_tls: bool = False
     max_connections: int = 0  # client connections at once (AMQP and MQTT); 0: no limit
     max_connections_per_host: int = 0  # from one IP address; 0: no limit
+    max_connections_per_user: int = 0  # logged in as one user; 0: no limit
     # TLS for clients (docs/security.md): AMQP over TLS at `amqps`, with this certificate
     # chain and key; client certificates checked against `tls_ca` as `tls_client_cert` says.
     amqps: HostPort | None = None
@@ -101,6 +102,9 @@ class RouterConfig:
     tls_key: str = ""
     tls_ca: str = ""
     tls_client_cert: str = "none"  # none | optional | required
+    # A verified client certificate's common name is the client's user name (MQTT: in place
+    # of the CONNECT's; AMQP: SASL EXTERNAL), without a password.
+    tls_identity_as_username: bool = False
 
     @property
     def anonymous_allowed(self) -> bool:
@@ -159,6 +163,9 @@ class RouterConfig:
         if self.tls_client_cert != "none" and not self.tls_ca:
             raise ConfigError(f"tls-client-cert {self.tls_client_cert} needs tls-ca: the CA "
                               "certificates that sign the clients' certificates")
+        if self.tls_identity_as_username and self.tls_client_cert == "none":
+            raise ConfigError("tls-identity-as-username needs client certificates: set "
+                              "tls-client-cert to optional or required (and tls-ca)")
         context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         context.minimum_version = ssl.TLSVersion.TLSv1_2
         context.verify_mode = {"none": ssl.CERT_NONE, "optional": ssl.CERT_OPTIONAL,
@@ -333,6 +340,8 @@ OPTIONS: dict[str, tuple[str, Any, str]] = {
     "max-connections": ("max_connections", _count, "a count, 0 for no limit"),
     "max-connections-per-host": ("max_connections_per_host", _count,
                                  "a count, 0 for no limit"),
+    "max-connections-per-user": ("max_connections_per_user", _count,
+                                 "a count, 0 for no limit"),
     "amqps": ("amqps", None, "HOST:PORT"),
     "mqtts": ("mqtts", None, "HOST:PORT"),
     "https": ("https", None, "HOST:PORT"),
@@ -341,6 +350,7 @@ OPTIONS: dict[str, tuple[str, Any, str]] = {
     "tls-ca": ("tls_ca", str, "a PEM file of CA certificates"),
     "tls-client-cert": ("tls_client_cert", _choice("none", "optional", "required"),
                         "none, optional or required"),
+    "tls-identity-as-username": ("tls_identity_as_username", _bool, "true or false"),
 }
 assert {f for f, _, _ in OPTIONS.values()} == {f.name for f in fields(RouterConfig)}
 

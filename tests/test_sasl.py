@@ -47,6 +47,24 @@ def test_plain_log_in_byte_by_byte_and_what_follows_goes_on() -> None:
         _frame(_described(0x44, [0])))
 
 
+def test_external_is_the_certificate_s_user_and_no_other() -> None:
+    """EXTERNAL (RFC 4422 appendix A): the user is the verified certificate's name; an
+    empty response or one repeating that name logs in, one naming another user is refused."""
+    seen: list[tuple[str | None, bytes | None]] = []
+
+    def check(user: str | None, password: bytes | None) -> str | None:
+        seen.append((user, password))
+        return None
+
+    for response, user, why in ((b"", "sensor-7", None), (b"sensor-7", "sensor-7", None),
+                                (b"alice", None, "EXTERNAL asks to act as 'alice'")):
+        s = SaslServer(["EXTERNAL", "PLAIN"], check, identity="sensor-7")
+        s.receive(SASL_HEADER + _init("EXTERNAL", response))
+        assert s.done and s.user == user and (why is None) is (s.refusal is None), s.refusal
+        assert why is None or why in (s.refusal or "")
+    assert seen == [("sensor-7", None)] * 2  # a certificate stands for the password
+
+
 def test_refusals() -> None:
     for stream, why in (
             (SASL_HEADER + _init("PLAIN", b"\x00alice\x00nope"), "wrong"),

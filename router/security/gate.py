@@ -27,6 +27,20 @@ async def tls_handshake(stream: trio.SSLStream, peer: str, log: logging.Logger) 
     return False
 
 
+def certificate_user(stream: Any) -> str | None:
+    """The common name of the verified certificate a TLS client presented (`stream`: a
+    handshaken trio.SSLStream), or None without one."""
+    try:
+        cert = stream.getpeercert()
+    except (ValueError, AttributeError):
+        return None
+    for rdn in (cert or {}).get("subject", ()):
+        for key, value in rdn:
+            if key == "commonName" and value:
+                return str(value)
+    return None
+
+
 def admitted(node: Any, peer: str, log: logging.Logger) -> bool:
     """Whether `--max-connections` and `--max-connections-per-host` let the router serve a
     new connection from `peer`; if not, it is logged (and counted) and to be closed."""

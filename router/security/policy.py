@@ -24,6 +24,7 @@ FAILED_LOG_IN_DELAY = 1.0
 # Why a connection is refused (the MQTT edge maps them to its reason codes).
 BAD_CREDENTIALS = "bad user name or password"
 NOT_AUTHORIZED = "not authorized"
+TOO_MANY = "max-connections-per-user"
 
 
 class PolicyError(ValueError):
@@ -32,7 +33,7 @@ class PolicyError(ValueError):
 
 @dataclass(frozen=True, slots=True)
 class Refusal:
-    kind: str  # BAD_CREDENTIALS or NOT_AUTHORIZED
+    kind: str  # BAD_CREDENTIALS, NOT_AUTHORIZED or TOO_MANY
     detail: str  # for the log line: what was wrong (never the password)
 
 
@@ -64,8 +65,13 @@ class Policy:
             raise PolicyError(str(err)) from None
         self.passwords, self.acl = passwords, acl
 
-    def authenticate(self, username: str | None, password: bytes | None) -> Refusal | None:
-        """None if a client with these credentials may connect, else why not."""
+    def authenticate(self, username: str | None, password: bytes | None,
+                     certified: bool = False) -> Refusal | None:
+        """None if a client with these credentials may connect, else why not. `certified`:
+        the user name is a verified client certificate's (--tls-identity-as-username), which
+        stands for the password."""
+        if certified:
+            return None
         if username is None:
             if self.anonymous_allowed:
                 return None
@@ -126,6 +132,19 @@ class Policy:
             return (f"{same_host} connections from {host} already, the router's "
                     "--max-connections-per-host")
         return None
+
+    def admit_user(self, username: str | None, connections: Iterable[Any],
+                   max_per_user: int) -> Refusal | None:
+        """None if `username`, just logged in, may have one more connection beside the open
+        `connections` (each with a `user`), else why not (counted). 0: no limit; anonymous
+        clients are not counted as a user."""
+        if not max_per_user or username is None:
+            return None
+        same = sum(1 for conn in connections if conn.user == username)
+        if same < max_per_user:
+            return None
+        return self._refuse(TOO_MANY, f"user {username!r} has {same} connections already, the "
+                            "router's --max-connections-per-user")
 
     def _refuse(self, kind: str, detail: str) -> Refusal:
         self.refusals[kind] += 1
