@@ -40,6 +40,7 @@ from .config import (
     load_toml,
     parse_hostport,
 )
+from .security_options import add_security_options
 
 EXIT_NOT_FOUND = 1
 EXIT_USAGE = 2
@@ -83,48 +84,7 @@ def _router_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--relay-waiting-limit", type=int, metavar="N",
                    help="deliveries that may wait in the relay store at once before "
                    "publishers wait too (default 100000)")
-    security = p.add_argument_group("clients' security (docs/security.md)")
-    security.add_argument("--password-file", metavar="FILE",
-                          help="users and password hashes in mosquitto's password_file format "
-                          "(made with mosquitto_passwd); MQTT clients log in with them")
-    security.add_argument("--acl-file", metavar="FILE",
-                          help="per-topic rules in mosquitto's acl_file format; what it does "
-                          "not allow is refused")
-    security.add_argument("--allow-anonymous", action="store_const", const=True, default=None,
-                          help="let clients without a user name connect although a password "
-                          "or ACL file is given (they get the ACL file's anonymous rules)")
-    security.add_argument("--allow-plain-without-tls", action="store_const", const=True,
-                          default=None, help="offer AMQP SASL PLAIN (user name and password in "
-                          "clear) on connections without TLS too")
-    security.add_argument("--max-connections", type=int, metavar="N",
-                          help="AMQP and MQTT client connections served at once; more are "
-                          "closed at once (default 0: no limit)")
-    security.add_argument("--max-connections-per-host", type=int, metavar="N",
-                          help="client connections from one IP address (default 0: no limit)")
-    security.add_argument("--max-connections-per-user", type=int, metavar="N",
-                          help="client connections logged in as one user (default 0: no "
-                          "limit)")
-    security.add_argument("--amqps", metavar="HOST:PORT",
-                          help="where to accept AMQP clients over TLS (with --tls-cert and "
-                          "--tls-key)")
-    security.add_argument("--mqtts", metavar="HOST:PORT",
-                          help="where to accept MQTT clients over TLS (with --tls-cert and "
-                          "--tls-key)")
-    security.add_argument("--https", metavar="HOST:PORT",
-                          help="serve the status endpoint over TLS (with --tls-cert and "
-                          "--tls-key)")
-    security.add_argument("--tls-cert", metavar="FILE",
-                          help="PEM certificate chain of the client TLS listeners (read "
-                          "again on SIGHUP)")
-    security.add_argument("--tls-key", metavar="FILE", help="PEM private key of that chain")
-    security.add_argument("--tls-ca", metavar="FILE",
-                          help="PEM CA certificates that sign clients' certificates")
-    security.add_argument("--tls-client-cert", choices=["none", "optional", "required"],
-                          help="whether clients must present a certificate signed by --tls-ca "
-                          "(default none)")
-    security.add_argument("--tls-identity-as-username", action="store_const", const=True,
-                          default=None, help="a client certificate's common name is its user "
-                          "name, no password asked (MQTT; AMQP with SASL EXTERNAL)")
+    add_security_options(p)
     mesh = p.add_argument_group("mesh (other routers)")
     mesh.add_argument("--listen", metavar="HOST:PORT", help="where peer routers connect")
     mesh.add_argument("--connect", metavar="HOST:PORT", action="append",

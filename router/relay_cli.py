@@ -23,7 +23,8 @@ from __future__ import annotations
 
 import argparse
 
-from .config import ConfigError, RouterConfig, build
+from .config import OPTIONS, ConfigError, RouterConfig, build
+from .security_options import add_security_options, security_fields
 
 DEFAULT_REGISTRATION = 86_400.0  # a day: a laptop offline overnight is still owed its messages
 
@@ -62,6 +63,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--peer-tls-cert", metavar="FILE", help="as for a router")
     p.add_argument("--peer-tls-key", metavar="FILE", help="as for a router")
     p.add_argument("--peer-tls-ca", metavar="FILE", help="as for a router")
+    p.add_argument("--peer-tls-required", action="store_const", const=True, default=None,
+                   help="as for a router: refuse to start without --peer-tls-*")
+    add_security_options(p)  # its clients log in and use TLS as a router's do
 
 
 def relay_config(args: argparse.Namespace) -> RouterConfig:
@@ -84,8 +88,17 @@ def relay_config(args: argparse.Namespace) -> RouterConfig:
         "log-level": args.log_level, "cluster": args.cluster,
         "cluster-secret": args.cluster_secret, "cluster-secret-file": args.cluster_secret_file,
         "peer-tls-cert": args.peer_tls_cert, "peer-tls-key": args.peer_tls_key,
-        "peer-tls-ca": args.peer_tls_ca,
+        "peer-tls-ca": args.peer_tls_ca, "peer-tls-required": args.peer_tls_required,
     }
+    flags.update(_security_flags(args))
     if not args.store:
         raise ConfigError("--store: a relay needs a directory for its store")
     return build({}, flags)
+
+
+def _security_flags(args: argparse.Namespace) -> dict[str, object]:
+    """The client-security flags given (router/security_options.py), by their option names."""
+    fields = security_fields()
+    return {name: getattr(args, field, None) for name, (field, _, _) in OPTIONS.items()
+            if field in fields}
+
