@@ -57,8 +57,8 @@ class ExactmeshCommit(WriterCommitMessage):
 
 
 class ExactmeshDataSource(DataSource):
-    """`.format("exactmesh")`: write-only (batch and streaming). Options: see
-    `spark_connector.options`."""
+    """`.format("exactmesh")`: write-only (batch and streaming). Options, a secured router's
+    (TLS, a log-in) among them: see `spark_connector.options`."""
 
     @classmethod
     def name(cls) -> str:

@@ -37,8 +37,12 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from proton import SSLException
+
+from amqp_edge.advisory import CONNECTED, NO_RESPONSE, Advisory
 from amqp_edge.client import (
     ClientError,
+    Login,
     MemoryPublisherStore,
     Outcome,
     Publisher,
@@ -51,6 +55,16 @@ from .options import ColumnPlan, SinkOptions
 log = logging.getLogger("exactmesh.spark")
 
 CHUNKS_IN_FLIGHT = 2  # chunks of a partition on the wire at once (each up to rowsPerLink)
+# A router answers a refused log-in after a second (to slow down guessing), and the SDK's
+# default idle timeout (1 s) runs out first during the SASL exchange, hiding the refusal
+# behind "local-idle-timeout expired". With a log-in, publishers wait this long instead.
+LOGIN_IDLE_TIMEOUT = 3.0
+REFUSED = "amqp:unauthorized-access"  # the condition of a refused log-in
+# A refused log-in is a wrong user or password, which waiting does not cure, or a user over
+# the router's --max-connections-per-user, which a connection closing elsewhere does: the
+# client cannot tell them apart. A publisher refused for this long without attaching since
+# fails its chunk, rather than retrying until the timeout.
+LOGIN_REFUSED_GRACE = 5.0
 
 
 class PublishError(RuntimeError):
@@ -249,6 +263,7 @@ def publish_partition(rows: Iterable[Sequence[Any]], plan: ColumnPlan, opts: Sin
     deadline = started + opts.timeout
     recorded = done
     inflight: deque[_InFlight] = deque()
+    login = opts.login()
 
     def finish_oldest() -> None:
         nonlocal recorded
@@ -264,7 +279,8 @@ def publish_partition(rows: Iterable[Sequence[Any]], plan: ColumnPlan, opts: Sin
         for chunk in row_messages(rows, plan, opts, pid, skip=done, result=result):
             if len(inflight) >= CHUNKS_IN_FLIGHT:
                 finish_oldest()
-            inflight.append(_InFlight(chunk, opts, pid, deadline, result, publisher_factory))
+            inflight.append(_InFlight(chunk, opts, pid, deadline, result, publisher_factory,
+                                      login))
         while inflight:
             finish_oldest()
     finally:
@@ -286,21 +302,50 @@ def publish_partition(rows: Iterable[Sequence[Any]], plan: ColumnPlan, opts: Sin
 
 class _InFlight:
     """One chunk on the wire: a publisher per topic, preloaded with its rows (declared as
-    resends in the attach), collecting outcomes."""
+    resends in the attach), collecting outcomes.
+
+    A publisher whose log-in the router refuses (a wrong password or user, none where one is
+    needed, or a user over --max-connections-per-user) goes on trying; refused for
+    LOGIN_REFUSED_GRACE seconds without attaching, it is closed and the chunk fails naming
+    the refusal, rather than after the timeout. Other connection failures (TLS among them)
+    are retried until the timeout, whose error names the first of them."""
 
     def __init__(self, chunk: _Chunk, opts: SinkOptions, pid: PartitionId, deadline: float,
-                 result: PartitionResult, factory: Callable[..., Publisher]) -> None:
+                 result: PartitionResult, factory: Callable[..., Publisher],
+                 login: Login | None = None) -> None:
         self.chunk = chunk
         self.lock = threading.Lock()
         self.outcomes: dict[str, list[Outcome]] = {}
         self.pubs: list[tuple[str, Publisher]] = []
+        self.failure: dict[str, str] = {}  # topic -> the first failure since it last attached
+        self.refused: dict[str, str] = {}  # topic -> the refused log-in, while it lasts
+        self.given_up: dict[str, str] = {}  # topic -> the refusal its publisher was closed for
+        self.timers: list[threading.Timer] = []
+        self.user = login.user if login is not None else None
+        extra: dict[str, Any] = {}
+        if login is not None:
+            extra["login"] = login
+            if login.user is not None:
+                extra["idle_timeout"] = LOGIN_IDLE_TIMEOUT
         try:
             for topic, messages in chunk.by_topic.items():
-                pub = factory(opts.urls, topic, id=pid.publisher_name(chunk.index, topic),
-                              store=MemoryPublisherStore(messages), window=opts.window,
-                              connect_timeout=max(0.1, deadline - time.monotonic()),
-                              on_outcome=self._collector(topic))
-                self.pubs.append((topic, pub))
+                try:
+                    pub = factory(opts.urls, topic, id=pid.publisher_name(chunk.index, topic),
+                                  store=MemoryPublisherStore(messages), window=opts.window,
+                                  connect_timeout=max(0.1, deadline - time.monotonic()),
+                                  on_outcome=self._collector(topic),
+                                  on_advisory=self._advisor(topic), **extra)
+                except SSLException as err:  # proton could not load the TLS files here
+                    raise PublishError(
+                        f"exactmesh: cannot load the TLS files on this executor (tlsCA="
+                        f"{opts.tls_ca!r}, tlsCert={opts.tls_cert!r}, tlsKey={opts.tls_key!r}): "
+                        f"{err}; they must be readable PEM files at these paths on every "
+                        "executor") from None
+                with self.lock:
+                    self.pubs.append((topic, pub))
+                    late = topic in self.given_up  # given up on before it was registered
+                if late:
+                    pub.close()
                 result.links += 1
         except BaseException:
             self.close()
@@ -312,10 +357,65 @@ class _InFlight:
                 self.outcomes.setdefault(topic, []).append(outcome)
         return on_outcome
 
+    def _advisor(self, topic: str) -> Callable[[Advisory], None]:
+        """On the publisher's I/O thread (keep it short): remember why its connection failed
+        (the SDK advises the first failure after each attach); a refused log-in starts the
+        grace period, an attach ends it."""
+        def on_advisory(advisory: Advisory) -> None:
+            with self.lock:
+                if advisory.kind == CONNECTED:
+                    self.refused.pop(topic, None)
+                    self.failure.pop(topic, None)
+                    return
+                if advisory.kind != NO_RESPONSE:
+                    return
+                self.failure[topic] = f"{advisory.url}: {advisory.detail}"
+                if REFUSED not in advisory.detail or topic in self.refused:
+                    return
+                who = f"the log-in of user {self.user!r}" if self.user is not None \
+                    else "a client without a log-in"
+                self.refused[topic] = f"{advisory.url} refused {who} ({advisory.detail})"
+                timer = threading.Timer(LOGIN_REFUSED_GRACE, self._give_up, (topic,))
+                timer.daemon = True
+                self.timers.append(timer)
+                timer.start()
+        return on_advisory
+
+    def _give_up(self, topic: str) -> None:
+        """On a timer's thread: still refused, and not attached since? Close the publisher,
+        which wakes `finish`."""
+        with self.lock:
+            refused = self.refused.get(topic)
+            if refused is None or topic in self.given_up:
+                return
+            self.given_up[topic] = refused
+            pub = next((p for t, p in self.pubs if t == topic), None)
+        if pub is not None:
+            pub.close()
+
     def close(self) -> None:
+        with self.lock:
+            timers = list(self.timers)
+        for timer in timers:
+            timer.cancel()
+            if timer is not threading.current_thread():
+                timer.join(15)  # one that fired may be closing its publisher
         for _, pub in self.pubs:
             with contextlib.suppress(Exception):
                 pub.close()
+
+    def _refusal(self, topic: str, pid: PartitionId) -> PublishError | None:
+        with self.lock:
+            refused = self.given_up.get(topic)
+        if refused is None:
+            return None
+        what = "a wrong user or password (check options user and passwordFile, or password, " \
+            "against the router's password file), or more connections as this user than " \
+            "the router's --max-connections-per-user: its log says which" \
+            if self.user is not None else "set options user and passwordFile (or password)"
+        return PublishError(f"exactmesh: router {refused}, for {LOGIN_REFUSED_GRACE:g} s: "
+                            f"{what}; batch {pid.batch} partition {pid.partition}, topic "
+                            f"{topic!r}")
 
     def finish(self, opts: SinkOptions, pid: PartitionId, deadline: float,
                result: PartitionResult) -> None:
@@ -326,16 +426,22 @@ class _InFlight:
                     pub.flush(timeout=max(0.0, deadline - time.monotonic()))
                 except TimeoutError:
                     if not pub.attached:
+                        with self.lock:
+                            first = self.failure.get(topic)
+                        why = f" (first failure: {first})" if first else ""
                         raise PublishError(
                             f"exactmesh: no exactmesh router reachable at "
                             f"{', '.join(opts.urls)} within the timeout of {opts.timeout:g} s "
                             f"(option timeout) for batch {pid.batch} partition "
-                            f"{pid.partition}, topic {topic!r}") from None
+                            f"{pid.partition}, topic {topic!r}{why}") from None
                     raise PublishError(
                         f"exactmesh: {pub.pending} row(s) of batch {pid.batch} partition "
                         f"{pid.partition} for topic {topic!r} had no outcome from the mesh "
                         f"within the timeout of {opts.timeout:g} s (option timeout)") from None
                 except ClientError as err:
+                    refusal = self._refusal(topic, pid)
+                    if refusal is not None:
+                        raise refusal from None
                     raise PublishError(f"exactmesh: batch {pid.batch} partition "
                                        f"{pid.partition}, topic {topic!r}: {err}") from err
         finally:

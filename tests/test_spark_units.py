@@ -2,21 +2,32 @@
 their errors, the identity scheme (publisher names, tags, the attach declaration's size), and
 `publish_partition` -- what each executor task runs -- against a real router: a retried task
 resends under the same identity and counts once, a progress marker skips a partition whose
-rows the mesh has forgotten, a rejected row fails the task naming topic and subscriber."""
+rows the mesh has forgotten, a rejected row fails the task naming topic and subscriber.
+Logging in (TLS and SASL PLAIN against a router with a password file and an ACL): the log-in
+options' errors, the password kept out of reprs, errors and log lines, a refused log-in
+failing at once."""
 
 from __future__ import annotations
 
+import logging
+import pickle
+import shutil
+import subprocess
 import threading
+import time
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 from proton import Data, symbol
 
-from amqp_edge.client import RESUME_KEY, Subscriber
+from amqp_edge.client import RESUME_KEY, Login, Subscriber
 from spark_connector.options import (
+    KNOWN,
     MAX_ROWS_PER_LINK,
     OptionError,
+    Secret,
     SinkOptions,
     parse_options,
     plan_columns,
@@ -85,6 +96,106 @@ def test_columns_map_to_body_topic_and_properties() -> None:
     with pytest.raises(OptionError, match="names column 'amount'"):
         plan_columns(["value"], parse_options({"url": URL, "topic": "t",
                                                "properties": "amount"}))
+
+
+# ---------------------------------------------------------------------------- logging in
+
+PASSWORD = "Spark wonder-land 7Q"
+TLS_URL = "amqps://127.0.0.1:5671"
+
+
+@pytest.fixture(scope="module")
+def pem(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    """A CA file, a client certificate and key, and files that are not what they say."""
+    import trustme
+
+    folder = tmp_path_factory.mktemp("pem")
+    ca, other = trustme.CA(), trustme.CA()
+    paths = {name: str(folder / name) for name in ("ca.pem", "client.crt", "client.key",
+                                                     "other.key", "junk.pem", "pw", "empty")}
+    ca.cert_pem.write_to_path(paths["ca.pem"])
+    issued = ca.issue_cert("spark@example.com")
+    issued.cert_chain_pems[0].write_to_path(paths["client.crt"])
+    issued.private_key_pem.write_to_path(paths["client.key"])
+    other.issue_cert("x@example.com").private_key_pem.write_to_path(paths["other.key"])
+    Path(paths["junk.pem"]).write_text("not a certificate\n")
+    Path(paths["pw"]).write_text(PASSWORD + "\r\nsecond line\n")
+    Path(paths["empty"]).write_text("\n" + PASSWORD)
+    paths["missing"] = str(folder / "missing.pem")
+    return paths
+
+
+def test_log_in_options_become_the_sdks_login(pem: dict[str, str]) -> None:
+    o = parse_options({"url": TLS_URL, "User": "spark", "passwordFile": pem["pw"],
+                       "tlsCA": pem["ca.pem"], "tlsCert": pem["client.crt"],
+                       "tlsKey": pem["client.key"], "tlsVerifyName": "FALSE"})
+    login = o.login()
+    assert login is not None and login.password == PASSWORD  # the first line, spaces kept
+    assert (login.user, login.ca, login.cert, login.key) == \
+        ("spark", pem["ca.pem"], pem["client.crt"], pem["client.key"])
+    assert login.verify_name is False and login.plain_in_clear is False
+    clear = parse_options({"url": URL, "user": "spark", "password": PASSWORD,
+                           "plainInClear": "true"}).login()
+    assert clear is not None and clear.plain_in_clear and clear.ca is None
+    # amqps:// without tlsCA: proton's default, the system's CAs and the name checked.
+    system = parse_options({"url": TLS_URL, "user": "spark", "password": PASSWORD}).login()
+    assert system is not None and system.ca is None and system.verify_name
+    assert parse_options({"url": TLS_URL}).login() is None
+    assert parse_options({"url": URL}).login() is None
+    assert {"user", "password", "passwordfile", "tlsca", "tlscert", "tlskey", "plaininclear",
+            "tlsverifyname"} <= set(KNOWN)
+
+
+def test_the_password_is_in_no_repr_and_survives_pickling(pem: dict[str, str]) -> None:
+    for options in ({"password": PASSWORD}, {"passwordFile": pem["pw"]}):
+        o = parse_options({"url": TLS_URL, "user": "spark", **options})
+        for text in (repr(o), str(o), repr(o.password), str(o.password), f"{o.password}",
+                     repr(o.login()), str(o.__dict__)):
+            assert PASSWORD not in text, text
+        assert "spark" in repr(o) and "***" in repr(o.password)
+        again = pickle.loads(pickle.dumps(o))  # as the writer goes to the executors
+        assert again == o and again.login() == o.login()
+        assert again.login().password == PASSWORD
+    assert Secret("a") != Secret("b") and Secret("a") == Secret("a")
+
+
+def test_log_in_option_errors_say_what_to_do(pem: dict[str, str]) -> None:
+    tls = {"url": TLS_URL, "user": "spark", "password": PASSWORD}
+    cases = [
+        ({"url": TLS_URL, "password": PASSWORD}, "option password needs option user"),
+        ({"url": TLS_URL, "passwordFile": pem["pw"]}, "option passwordFile needs option user"),
+        ({**tls, "passwordFile": pem["pw"]}, "options password and passwordFile both"),
+        ({"url": TLS_URL, "user": "spark"}, "option user='spark' needs a password"),
+        ({"url": URL, "user": "spark", "password": PASSWORD},
+         "the password goes only over TLS, and amqp://127.0.0.1:5672 is in clear"),
+        ({"url": f"{TLS_URL},{URL}", "user": "spark", "password": PASSWORD},
+         "write the router URLs as amqps://"),
+        ({**tls, "plainInClear": "yes"}, "option plainInClear='yes' must be true or false"),
+        ({"url": URL, "plainInClear": "true"}, "option plainInClear=true is about sending"),
+        ({**tls, "tlsCert": pem["client.crt"]}, "options tlsCert and tlsKey go together"),
+        ({**tls, "tlsKey": pem["client.key"]}, "options tlsCert and tlsKey go together"),
+        ({**tls, "tlsVerifyName": "false"}, "option tlsVerifyName=false needs option tlsCA"),
+        ({**tls, "tlsVerifyName": "no"}, "option tlsVerifyName='no' must be true or false"),
+        ({"url": URL, "tlsCA": pem["ca.pem"]}, "amqp://127.0.0.1:5672 is not amqps://"),
+        ({**tls, "tlsCA": pem["missing"]}, "option tlsCA: cannot read"),
+        ({**tls, "tlsCA": pem["junk.pem"]}, "is not a PEM file of CA certificates"),
+        ({**tls, "tlsCert": pem["client.crt"], "tlsKey": pem["other.key"]},
+         "are not a PEM certificate chain and its unencrypted private key"),
+        ({**tls, "tlsCert": pem["missing"], "tlsKey": pem["client.key"]},
+         "option tlsCert: cannot read"),
+        ({"url": TLS_URL, "user": "spark", "passwordFile": pem["missing"]},
+         "option passwordFile: cannot read"),
+        ({"url": TLS_URL, "user": "spark", "passwordFile": pem["empty"]},
+         "the first line of"),
+    ]
+    for options, says in cases:
+        with pytest.raises(OptionError) as err:
+            parse_options(options)
+        assert says in str(err.value), (options, str(err.value))
+        assert PASSWORD not in str(err.value)
+    with pytest.raises(OptionError) as err:
+        parse_options({"url": TLS_URL, "pasword": PASSWORD})  # misspelt: named, not shown
+    assert "unknown option(s) pasword" in str(err.value) and PASSWORD not in str(err.value)
 
 
 # ---------------------------------------------------------------------------- identity
@@ -293,6 +404,140 @@ def test_unreachable_router_fails_the_task_within_the_timeout() -> None:
     plan = plan_columns(["value"], opts)
     with pytest.raises(PublishError, match="no exactmesh router reachable"):
         publish_partition([("x",)], plan, opts, PartitionId("q", 0, 0))
+
+
+PASSWD = shutil.which("mosquitto_passwd")
+needs_passwd = pytest.mark.skipif(PASSWD is None, reason="mosquitto_passwd is not installed "
+                                  "(Debian package mosquitto)")
+
+
+@needs_passwd
+def test_publishing_over_tls_with_a_log_in(tmp_path: Path,
+                                           caplog: pytest.LogCaptureFixture) -> None:
+    """A router with TLS, a password file and an ACL: the rows go in with the right password;
+    a wrong one fails the partition once refused for LOGIN_REFUSED_GRACE (not after the
+    timeout) naming the refusal; so does no log-in at all; a topic the ACL does not give the
+    user fails naming the ACL's refusal. The password is in no error and no log line (ours,
+    the SDK's, proton's)."""
+    from tests.test_amqp_tls import Tls
+
+    passwd, acl = tmp_path / "passwd", tmp_path / "acl"
+    subprocess.run([PASSWD, "-c", "-b", str(passwd), "spark", PASSWORD], check=True)
+    subprocess.run([PASSWD, "-b", str(passwd), "reader", "reader's"], check=True)
+    acl.write_text("user spark\ntopic write spark/#\nuser reader\ntopic read spark/#\n")
+    (tmp_path / "tls").mkdir()
+    tls = Tls(tmp_path / "tls", extra=("--password-file", str(passwd), "--acl-file", str(acl)))
+    caplog.set_level(logging.DEBUG)
+    with tls.router as router:
+        sub = Subscriber([tls.url], "spark/#", id="reader", state_dir=str(tmp_path / "sub"),
+                         login=Login("reader", "reader's", ca=tls.trust, verify_name=False))
+        got: list[str] = []
+
+        def drain() -> None:
+            for msg in sub:
+                got.append(msg.body)
+                sub.accept(msg)
+
+        common = {"url": tls.url, "tlsCA": tls.trust, "tlsVerifyName": "false",
+                  "timeout": "60", "rowsPerLink": "40"}
+        try:
+            sub.wait_attached(10)
+            threading.Thread(target=drain, daemon=True).start()
+            opts = parse_options({**common, "topic": "spark/t", "user": "spark",
+                                  "password": PASSWORD})
+            plan = plan_columns(["value", "key"], opts)
+            result = publish_partition(_rows(100), plan, opts, PartitionId("q-tls", 0, 0))
+            assert (result.rows, result.accepted, result.links) == (100, 100, 3)
+            errors = []
+            for label, extra, says in (
+                    ("wrong", {"user": "spark", "password": "not-it-X9k2"},
+                     "refused the log-in of user 'spark' (amqp:unauthorized-access"),
+                    ("none", {}, "refused a client without a log-in"),
+                    ("acl", {"topic": "elsewhere/t", "user": "spark", "password": PASSWORD},
+                     "amqp:unauthorized-access")):
+                o = parse_options({"topic": "spark/t", **common, **extra})
+                started = time.monotonic()
+                with pytest.raises(PublishError) as err:
+                    publish_partition(_rows(100), plan, o, PartitionId("q-tls", 1, 0))
+                assert time.monotonic() - started < 30, f"{label}: waited for the timeout"
+                assert says in str(err.value), (label, str(err.value))
+                errors.append(str(err.value))
+            assert "for 5 s: a wrong user or password (check options user and passwordFile" \
+                in errors[0] and "--max-connections-per-user" in errors[0]
+            assert "set options user and passwordFile" in errors[1]
+            assert "the ACL file's rules for user 'spark'" in errors[2]
+            for text in (*errors, caplog.text, "".join(router.log)):
+                assert PASSWORD not in text and "not-it-X9k2" not in text
+            assert "local-idle-timeout" not in errors[0]  # the SDK's 1 s would hide it
+            wait_for(lambda: len(got) >= 100, 20, "the 100 rows")
+            assert sorted(got) == sorted(f"row-{i}" for i in range(100))  # no refused one
+        finally:
+            sub.close()
+
+
+@needs_passwd
+def test_a_refusal_that_ends_within_the_grace_period_does_not_fail_the_partition(
+        tmp_path: Path) -> None:
+    """A user over the router's --max-connections-per-user is refused as a wrong password is
+    (SASL outcome auth): when the other connection goes within LOGIN_REFUSED_GRACE, the
+    publisher's next try gets in and every row is accepted."""
+    from proton.utils import BlockingConnection
+
+    from tests.test_amqp_tls import Tls
+
+    passwd = tmp_path / "passwd"
+    subprocess.run([PASSWD, "-c", "-b", str(passwd), "spark", PASSWORD], check=True)
+    (tmp_path / "tls").mkdir()
+    tls = Tls(tmp_path / "tls", extra=("--password-file", str(passwd),
+                                       "--max-connections-per-user", "1"))
+    with tls.router as router:
+        holder = BlockingConnection(tls.url, timeout=10, container_id="holder", user="spark",
+                                    password=PASSWORD, allowed_mechs="PLAIN",
+                                    ssl_domain=tls.domain())
+        opts = parse_options({"url": tls.url, "tlsCA": tls.trust, "tlsVerifyName": "false",
+                              "user": "spark", "password": PASSWORD, "topic": "spark/t",
+                              "timeout": "60"})
+        plan = plan_columns(["value", "key"], opts)
+        outcome: list[object] = []
+
+        def publish() -> None:
+            try:
+                outcome.append(publish_partition(_rows(40), plan, opts,
+                                                 PartitionId("q-limit", 0, 0)))
+            except BaseException as exc:
+                outcome.append(exc)
+
+        thread = threading.Thread(target=publish, daemon=True)
+        thread.start()
+        wait_for(lambda: router.logged("--max-connections-per-user"), 10,
+                 "the publisher refused over the limit")
+        holder.close()
+        thread.join(30)
+        assert outcome and not isinstance(outcome[0], BaseException), outcome
+        assert outcome[0].accepted == 40  # type: ignore[attr-defined]
+
+
+def test_tls_failures_name_the_last_error_and_unloadable_files_the_options(
+        tmp_path: Path) -> None:
+    """A router whose certificate the system's CAs do not trust (no tlsCA): the partition
+    fails at the timeout naming the certificate check; TLS files that proton cannot load on
+    the executor fail it naming the options."""
+    from tests.test_amqp_tls import Tls
+
+    tls = Tls(tmp_path)
+    with tls.router:
+        opts = parse_options({"url": tls.url, "topic": "t", "timeout": "1.5"})
+        plan = plan_columns(["value"], opts)
+        with pytest.raises(PublishError) as err:
+            publish_partition([("x",)], plan, opts, PartitionId("q", 0, 0))
+        assert "no exactmesh router reachable" in str(err.value)
+        assert "certificate verify failed" in str(err.value), str(err.value)
+        junk = tmp_path / "junk.pem"
+        junk.write_text("not a certificate")
+        gone = replace(parse_options({"url": tls.url, "topic": "t", "tlsCA": tls.trust}),
+                       tls_ca=str(junk))  # as if the executor's copy were different
+        with pytest.raises(PublishError, match="cannot load the TLS files on this executor"):
+            publish_partition([("x",)], plan, gone, PartitionId("q", 0, 1))
 
 
 def test_declaration_key_is_the_sdk_one() -> None:
