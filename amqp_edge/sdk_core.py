@@ -151,11 +151,24 @@ class Outcome:
     info: dict | None = None
 
 
+# How a failure's description names the subscribers that may have processed the message all
+# the same (their answer was lost: a router went, a deadline passed); the router writes it
+# last (router/core/engine.py `_failure`; docs/guarantees.md, "Failed, or in doubt").
+IN_DOUBT_MARK = ". In doubt (it may have processed the message; its answer was lost): "
+
+
 @dataclass(frozen=True, slots=True)
 class Failure:
     seq: int
     condition: str
     description: str
+
+    @property
+    def in_doubt(self) -> tuple[str, ...]:
+        """The subscribers named failed that may have processed the message: sending it
+        again could make them process it twice. The others did not get it."""
+        _, mark, names = self.description.rpartition(IN_DOUBT_MARK)
+        return tuple(names.split(", ")) if mark else ()
 
 
 @dataclass(frozen=True, slots=True)

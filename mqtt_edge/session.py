@@ -38,7 +38,7 @@ from router.core.actions import Accepted, CloseLink, Credit, Decide, Rejected, S
 from router.core.engine import NO_SUBSCRIBERS, Disposition
 from router.core.events import NO_LOCAL
 from router.core.failover import LINK_STOLEN
-from router.core.records import ALL, LinkIdentity
+from router.core.records import ALL, IN_DOUBT, LinkIdentity
 from router.core.topics import SHARE_PREFIX, split_shared
 from router.security.policy import (
     BAD_CREDENTIALS,
@@ -137,7 +137,11 @@ def short_reason(outcome: Rejected) -> str:
         total = sum(len(info.get(k) or ()) for k in ("succeeded", "failed", "pending"))
         first = failed[0]
         why = (info.get("reasons") or {}).get(first, "failed")
-        more = f" (and {len(failed) - 1} more)" if len(failed) > 1 else ""
+        doubt = info.get(IN_DOUBT) or ()
+        if first in doubt:  # it may have processed it: a retry could make it do so twice
+            why = f"(in doubt) {why}"
+        more = f" (and {len(failed) - 1} more" + (f", {len(doubt)} in doubt" if doubt else "") \
+            + ")" if len(failed) > 1 else ""
         tail = f"{more}; delivery {info.get('delivery_id', '?')}: see the router's log"
         head = f"failed for {len(failed)} of {total} subscriber(s): {first} {why}"
         room = ACK_REASON_MAX - len(tail)

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
-from router.core.actions import ACCEPTED, Decide, Send
+from typing import Any
+
+from amqp_edge.sdk_core import Failure
+from router.core.actions import ACCEPTED, Decide, Forward, Send
 from router.core.engine import Disposition, EngineConfig
-from router.core.records import SOME, LinkIdentity, outgoing_tag
+from router.core.records import IN_DOUBT, SOME, LinkIdentity, outgoing_tag
 from tests.engine_driver import EngineDriver
 
 
@@ -97,3 +100,52 @@ def test_closing_the_link_ends_even_a_warm_subscription() -> None:
     e.detach_subscriber(1, final=True, now=0.0)
     (decided,) = [a for a in e.take_actions() if isinstance(a, Decide)]
     assert "detached before accepting it" in decided.outcome.description
+
+
+def _failure(e: EngineDriver) -> Any:
+    (decided,) = [a for a in e.take_actions() if isinstance(a, Decide)]
+    assert decided.outcome.condition == "exactmesh:delivery-failed"
+    return decided.outcome
+
+
+def test_a_copy_sent_and_not_answered_fails_in_doubt_one_never_sent_for_certain() -> None:
+    """docs/guarantees.md, "Failed, or in doubt": a subscriber that left with the message
+    on its link may have processed it (its answer died with the link); one that left before
+    it was sent did not get it; one that rejected it said so."""
+    e = EngineDriver(EngineConfig(router_id="A"))
+    e.attach_subscriber(1, LinkIdentity("app", "sent"), "t")
+    e.subscriber_credit(1, 10)
+    e.attach_subscriber(2, LinkIdentity("app", "queued"), "t")  # no credit: never sent
+    e.attach_subscriber(3, LinkIdentity("app", "rejects"), "t")
+    e.subscriber_credit(3, 10)
+    e.attach_publisher(9, LinkIdentity("c", "pub"), "t", SOME)  # decided when all are done
+    e.message(9, b"1", b"m1")
+    to_3 = [s for s in sends(e) if s.link == 3]
+    e.copy_outcome(3, to_3[0].tag, Disposition.REJECTED, settled=True)
+    e.detach_subscriber(1)
+    e.detach_subscriber(2)
+    out = _failure(e)
+    assert sorted(out.info["failed"]) == ["app/queued@A", "app/rejects@A", "app/sent@A"]
+    assert out.info[IN_DOUBT] == ["app/sent@A"]
+    assert out.description.endswith("In doubt (it may have processed the message; its "
+                                    "answer was lost): app/sent@A")
+    assert Failure(1, out.condition, out.description).in_doubt == ("app/sent@A",)
+
+
+def test_a_remote_part_fails_in_doubt_when_its_router_had_the_message() -> None:
+    """The origin gives up a router that was sent the message: in doubt (it may have been
+    delivered and accepted, the verdict lost in the partition); a router named failed in a
+    verdict passes on which of its subscribers are in doubt."""
+    e = EngineDriver(EngineConfig(router_id="A"))
+    e.remote_subscriber_added("B", "app/far", "t")
+    e.remote_subscriber_added("C", "app/other", "t")
+    e.attach_publisher(9, LinkIdentity("c", "pub"), "t", SOME)  # decided when all are done
+    e.message(9, b"1", b"m1")
+    (fwd,) = [a for a in e.take_actions() if isinstance(a, Forward)]
+    e.peer_lost("B", "was on router B, unreachable for 30 s")
+    assert not any(isinstance(a, Decide) for a in e.take_actions())  # C still pending
+    e.peer_verdict("C", fwd.msg_id, False, {"succeeded": [], "failed": ["app/other@C"],
+                                            "pending": [], "reasons": {"app/other@C": "x"},
+                                            IN_DOUBT: ["app/other@C"]})
+    out = _failure(e)
+    assert sorted(out.info[IN_DOUBT]) == ["app/far@B", "app/other@C"]

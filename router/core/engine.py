@@ -69,6 +69,7 @@ from .events import (
 from .failover import AWAY, FailoverMixin
 from .records import (
     ALL,
+    IN_DOUBT,
     MODES,
     Copy,
     CopyState,
@@ -626,9 +627,10 @@ class Engine(FailoverMixin):
             elif part.router != router:
                 continue  # it moved on from there: that router's failure is stale news
             elif label in failed:
-                move_part(rec, part, Step.FAIL, reasons.get(label, "failed"))
+                move_part(rec, part, Step.FAIL, reasons.get(label, "failed"),
+                          label in status.get(IN_DOUBT, ()))
             else:  # answered for, but named nowhere: it cannot be counted as accepted
-                move_part(rec, part, Step.FAIL, f"got no outcome from router {router}")
+                move_part(rec, part, Step.FAIL, f"got no outcome from router {router}", True)
         self._decide(rec)
         self._maybe_forget(rec)
 
@@ -920,7 +922,8 @@ class Engine(FailoverMixin):
             self._settle_copy(sub, rec, copy)
             copy.doubt = False  # it says it did not process it
             if copy.attempts >= self.config.max_delivery_attempts:
-                self._fail(rec, copy, f"released it {copy.attempts} times without accepting")
+                self._fail(rec, copy, f"released it {copy.attempts} times without accepting",
+                           False)
             else:
                 move_copy(rec, copy, Step.REQUEUE)
                 sub.queue.appendleft(rec)  # a redelivery goes before anything newer
@@ -931,7 +934,7 @@ class Engine(FailoverMixin):
                 why = f"rejected it ({error})" if error else "rejected it"
             else:
                 why = "said it can never take it here (modified, undeliverable-here)"
-            self._fail(rec, copy, why)
+            self._fail(rec, copy, why, False)  # it said so: it did not process it
         self._decide(rec)
         self._maybe_forget(rec)
 
@@ -1009,8 +1012,9 @@ class Engine(FailoverMixin):
         self._decide(rec)
         self._maybe_forget(rec)
 
-    def _fail(self, rec: Record, copy: Copy, reason: str) -> None:
-        move_copy(rec, copy, Step.FAIL, reason)
+    def _fail(self, rec: Record, copy: Copy, reason: str, doubt: bool | None = None) -> None:
+        """Fail `copy`; in doubt (None: if it was sent and not answered, `move_copy`)."""
+        move_copy(rec, copy, Step.FAIL, reason, doubt)
 
     def _settle_copy(self, sub: Subscriber, rec: Record, copy: Copy) -> None:
         """Settle the router's side of a sent copy, once."""
@@ -1109,6 +1113,9 @@ class Engine(FailoverMixin):
             status = {"succeeded": [c.sub.label for c in done if c.state == ACCEPTED_STATE],
                       "failed": [c.sub.label for c in failed], "pending": [],
                       "reasons": {c.sub.label: c.reason for c in failed}}
+            doubt = [c.sub.label for c in failed if c.doubt]
+            if doubt:
+                status[IN_DOUBT] = doubt
             for origin in rec.former:
                 if origin in rec.told:
                     # We resent it there since (`rec.told`): its record there took our resend
@@ -1136,6 +1143,11 @@ class Engine(FailoverMixin):
             f"subscriber(s): {failed}. Delivery mode {rec.mode!r} needs {need} to accept; "
             f"see info for who succeeded, failed and is still pending"
         )
+        doubt = status.get(IN_DOUBT)
+        if doubt:
+            # (the SDK's `Failure.in_doubt` reads this sentence: amqp_edge/sdk_core.py)
+            description += (". In doubt (it may have processed the message; its answer was "
+                            f"lost): {', '.join(doubt)}")
         info = dict(status, delivery_id=rec.id, mode=rec.mode)
         return Rejected(DELIVERY_FAILED, description, info)
 
@@ -1194,7 +1206,7 @@ class Engine(FailoverMixin):
         for part in rec.peers.values():
             if part.state == PartState.PENDING:
                 why = f"did not accept it before its ttl ran out (no answer from {part.router})"
-                move_part(rec, part, Step.FAIL, why)
+                move_part(rec, part, Step.FAIL, why, part.last in rec.told)
         for copy in rec.copies.values():
             if copy.state == QUEUED:
                 self._fail(rec, copy, "did not get it before its ttl ran out")

@@ -23,6 +23,10 @@ SOME = "some"
 MODES = (ALL, SOME)
 
 
+# The key of a status (`Record.status`) listing the failed subscribers that may have
+# processed the message all the same (docs/guarantees.md, "Failed, or in doubt").
+IN_DOUBT = "in_doubt"
+
 class CopyState(IntEnum):
     """Where one subscriber's copy of a message stands."""
 
@@ -194,7 +198,7 @@ class PeerPart:
     at (None while that router is lost and the subscriber has not reattached elsewhere), the
     attach generation it is owed to there, and where it stands."""
 
-    __slots__ = ("ended", "gen", "held", "key", "last", "reason", "router", "state")
+    __slots__ = ("doubt", "ended", "gen", "held", "key", "last", "reason", "router", "state")
 
     def __init__(self, router: str | None, key: str, last: str = "", gen: int = 0) -> None:
         self.router = router
@@ -209,6 +213,7 @@ class PeerPart:
         self.key = key
         self.state = PartState.PENDING
         self.reason = ""
+        self.doubt = False  # failed, but the subscriber may have processed it (`move_part`)
         # Its router's relay store holds the copy (that router said so: `PeerStored`); while
         # it is pending it counts in `Record.held`.
         self.held = False
@@ -334,12 +339,15 @@ class Record:
         """Subscribers by where they stand, here and (origin side) at other routers: the
         seed's STATUS answer, with `reasons` for the failed ones."""
         out: dict[str, Any] = {"succeeded": [], "failed": [], "pending": [], "reasons": {}}
+        doubt: list[str] = []
         for copy in self.copies.values():
             if copy.state == CopyState.ACCEPTED:
                 out["succeeded"].append(copy.sub.label)
             elif copy.state == CopyState.FAILED:
                 out["failed"].append(copy.sub.label)
                 out["reasons"][copy.sub.label] = copy.reason
+                if copy.doubt:
+                    doubt.append(copy.sub.label)
             elif copy.state != CopyState.WITHDRAWN:
                 out["pending"].append(copy.sub.label)
         for part in self.peers.values():
@@ -350,4 +358,10 @@ class Record:
             elif part.state == PartState.FAILED:
                 out["failed"].append(part.label)
                 out["reasons"][part.label] = part.reason
+                if part.doubt:
+                    doubt.append(part.label)
+        if doubt:
+            # Failed, but it may have processed the message: its answer was lost (a router
+            # went, a deadline passed). The others failed for certain: they did not get it.
+            out[IN_DOUBT] = doubt
         return out

@@ -147,8 +147,11 @@ def add_copy(rec: Record, key: int, sub: Subscriber, accepted: bool = False) -> 
     return copy
 
 
-def move_copy(rec: Record, copy: Copy, step: Step, reason: str = "") -> None:
-    """Apply `step` to `copy`, as the table says; `reason` is kept for a FAIL."""
+def move_copy(rec: Record, copy: Copy, step: Step, reason: str = "",
+              doubt: bool | None = None) -> None:
+    """Apply `step` to `copy`, as the table says; `reason` is kept for a FAIL, and whether
+    the failure is in doubt (`doubt`; None: it is if the copy was sent and not answered, or
+    was in doubt already: the subscriber may have processed it, its answer lost)."""
     old = copy.state
     new = _COPY_NEXT[old * 8 + step]
     if new is None:
@@ -161,6 +164,7 @@ def move_copy(rec: Record, copy: Copy, step: Step, reason: str = "") -> None:
         rec.held -= 1
     if step == Step.FAIL:
         copy.reason = reason
+        copy.doubt = (old == SENT or copy.doubt) if doubt is None else doubt
 
 
 def hold_copy(rec: Record, copy: Copy) -> None:
@@ -202,7 +206,10 @@ def add_part(
     return part
 
 
-def move_part(rec: Record, part: PeerPart, step: Step, reason: str = "") -> None:
+def move_part(rec: Record, part: PeerPart, step: Step, reason: str = "",
+              doubt: bool = False) -> None:
+    """Apply `step` to `part`; for a FAIL, `reason` and whether it is in doubt (`doubt`: the
+    message reached the subscriber's router, which did not say it failed for certain)."""
     old = part.state
     new = _PART_NEXT[old * 8 + step]
     if new is None:
@@ -212,6 +219,7 @@ def move_part(rec: Record, part: PeerPart, step: Step, reason: str = "") -> None
     _part_delta(rec, new, 1)
     part.state = new
     part.reason = reason
+    part.doubt = doubt
     if part.held:  # (every move leaves PENDING)
         rec.held -= 1
 

@@ -45,7 +45,7 @@ from typing import TYPE_CHECKING, Any
 
 from router.core.actions import Accepted, Decide, Forward, Rejected, Send, SettleCopy, Verdict
 from router.core.engine import DELIVERY_FAILED, Disposition
-from router.core.records import ALL
+from router.core.records import ALL, IN_DOUBT
 
 if TYPE_CHECKING:
     from .world import PubClient, SimRouter, SubClient, World
@@ -133,6 +133,7 @@ class Stats:
     raw_duplicates: int = 0  # copies of messages the subscriber had processed (movers only)
     suppressed: int = 0  # answered from the subscriber's store without processing
     failed_but_processed: int = 0  # named failed though it processed it (its answer was lost)
+    failed_in_doubt: int = 0  # named failed, in doubt (it may have processed it)
     timeout_failures: int = 0  # failures naming a subscriber that stayed away too long
     timeout_checked: int = 0  # ... of which the time away was checked
     rebuilt: int = 0  # resends whose owed set the mesh had to rebuild
@@ -566,8 +567,12 @@ class Checker:
                 if label not in info.get("reasons", {}):
                     self.fail(f"failure of {msg.id} gives no reason for {label}")
             self._check_status(msg, info, f"{pub.label}'s outcome for {msg.id}")
+            doubt = set(info.get(IN_DOUBT, ()))
+            if not doubt <= set(failed):
+                self.fail(f"failure of {msg.id} lists {sorted(doubt - set(failed))} in doubt, "
+                          "but not as failed")
             for label in failed:
-                self._check_reason(msg, label, info["reasons"][label])
+                self._check_reason(msg, label, info["reasons"][label], label in doubt)
             if msg.mode != ALL and info.get("succeeded"):
                 self.fail(f"{msg.id} (mode some) failed although {info['succeeded']} succeeded")
             if info.get("delivery_id") != msg.id:
@@ -580,8 +585,9 @@ class Checker:
                 f"{'gone' if sub.gone else 'away' if sub.away else 'attached'}, "
                 f"away spans {[(round(a, 3), round(b, 3)) for a, b in sub.away_spans]})")
 
-    def _check_reason(self, msg: Msg, label: str, reason: str) -> None:
-        """A failure names `label` with `reason`: is it true of that subscriber?"""
+    def _check_reason(self, msg: Msg, label: str, reason: str, doubt: bool) -> None:
+        """A failure names `label` with `reason` (in doubt or not): is it true of that
+        subscriber? One that processed the message must be named in doubt."""
         world = self.world
         sub = msg.owed[key_of(label)]
         where = f"the failure of {msg.id} names {label} ({reason!r})"
@@ -591,9 +597,14 @@ class Checker:
         # died with it, or is still on its way).
         in_flight = any(w in reason for w in ("ttl", "unreachable", "which restarted",
                                               "did not reattach"))
+        if doubt:
+            self.stats.failed_in_doubt += 1
         if processed:
             if sub.strict and not in_flight and msg.id not in sub.dup_ok and not msg.late:
                 self.fail(f"{where}, but it had processed it{self._whereabouts(sub)}")
+            if not doubt:
+                self.fail(f"{where} as failed for certain, but it had processed it: it must "
+                          f"be named in doubt{self._whereabouts(sub)}")
             self.stats.failed_but_processed += 1
         m = TIMEOUT_REASON.search(reason)
         if m:

@@ -1623,7 +1623,8 @@ class World(SdkClients):
         return (f"; failover {self.moves}, {s.resent} resends ({s.rebuilt} rebuilt), "
                 f"{s.raw_duplicates} raw duplicates ({s.suppressed} suppressed by subscribers),"
                 f" {s.new_records} copies from a router's second record, "
-                f"{s.failed_but_processed} failures naming a subscriber that had processed, "
+                f"{s.failed_but_processed} failures naming a subscriber that had processed "
+                f"({s.failed_in_doubt} named in doubt), "
                 f"{s.timeout_failures} stayed-away failures ({s.timeout_checked} timed), "
                 f"{s.lost_settled} at-most-once copies lost, {s.order_exempt} out of order "
                 "across a publisher's move")
