@@ -95,6 +95,16 @@ EXPECT_KEY = symbol("exactmesh:expect")  # pre-registration: amqp_edge/expect.py
 # over. 1 s keeps that under 3 s (measured 2.06 s, benchmarks/failover.py --scenarios
 # sub-freeze,pub-freeze); the price is an empty frame from the router every half second.
 IDLE_TIMEOUT = 1.0
+# A router answers a refused log-in after a second (to slow password guessing): a client
+# logging in with a password waits at least this long for a silent router, so that the
+# refusal, not its own idle timeout, is what it sees.
+LOGIN_IDLE_TIMEOUT = 2.5
+# A refused log-in is a wrong user name or password, which trying again does not cure, or a
+# user over the router's --max-connections-per-user, which a connection closing elsewhere
+# does (the client cannot tell them apart): refused for this long without attaching since,
+# the client stops with a ClientError that says so.
+LOGIN_REFUSED_GRACE = 5.0
+REFUSED_LOG_IN = "amqp:unauthorized-access"  # the transport condition of a refused SASL log-in
 CLOSE_WAIT = 2.0  # seconds `disconnect()` waits for the relay to answer its close
 
 
@@ -246,9 +256,12 @@ class _ClientLoop(Handler):
                  autoconnect: bool = True, login: Login | None = None) -> None:
         self._urls = parse_urls(urls)
         self._login_options = login.connect_options() if login is not None else {}
+        self._user = login.user if login is not None else None
         self._name = _check_name(name)
         self._connect_timeout = connect_timeout
-        self._idle_timeout = idle_timeout
+        self._idle_timeout = idle_timeout if self._user is None \
+            else max(idle_timeout, LOGIN_IDLE_TIMEOUT)
+        self._refused_since: float | None = None  # log-ins refused since the last attach
         self._lock = threading.Lock()
         self._cond = threading.Condition(self._lock)
         self._listeners: list[Callable[[], None]] = []
@@ -586,6 +599,7 @@ class _ClientLoop(Handler):
         log.debug("%s %s attached to %s; router's resume answer: %r", self.kind, self._name,
                   event.connection.exactmesh_url, answer.get(RESUME_KEY))
         self._dial.attached()
+        self._refused_since = None
         with self._lock:
             self._attached = True
             self._attached_url = event.connection.exactmesh_url
@@ -624,6 +638,23 @@ class _ClientLoop(Handler):
         cond = event.transport.condition
         if cond is not None and self._current(event.connection):
             self._last_error = f"{cond.name}: {cond.description}"
+            if cond.name == REFUSED_LOG_IN:
+                self._log_in_refused(event.connection.exactmesh_url, cond.description)
+
+    def _log_in_refused(self, url: str, detail: str) -> None:
+        """The router refused the log-in: fail once it has for LOGIN_REFUSED_GRACE."""
+        now = time.monotonic()
+        if self._refused_since is None:
+            self._refused_since = now
+        if now - self._refused_since < LOGIN_REFUSED_GRACE:
+            return
+        who = f"user {self._user!r}" if self._user is not None else "a client without a user"
+        self._fail(ClientError(
+            f"router {url} refused the log-in of {who} ({detail}) for "
+            f"{LOGIN_REFUSED_GRACE:g} s: a wrong user name or password, no log-in where one "
+            "is needed, or more connections as this user than the router's "
+            "--max-connections-per-user (its log says which); not reconnecting"))
+        self._drop_connection()
 
     def on_transport_closed(self, event: Any) -> None:
         if self._stopping and event.connection is not None \

@@ -9,6 +9,7 @@ from __future__ import annotations
 import shutil
 import subprocess
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -161,7 +162,13 @@ def test_anonymous_clients_get_the_anonymous_rules_when_allowed(tmp_path: Path) 
 def test_the_sdk_logs_in_in_clear_and_over_tls(tmp_path: Path) -> None:
     """The SDK's `Login`: user and password (PLAIN), and TLS trusting a CA; what alice may
     publish and read flows exactly once, in order."""
-    from amqp_edge.client import Login, Publisher, Subscriber
+    from amqp_edge.client import (
+        LOGIN_REFUSED_GRACE,
+        ClientError,
+        Login,
+        Publisher,
+        Subscriber,
+    )
 
     (tmp_path / "t").mkdir()
     tls = Tls(tmp_path, extra=tuple(_files(tmp_path / "t")))
@@ -187,6 +194,18 @@ def test_the_sdk_logs_in_in_clear_and_over_tls(tmp_path: Path) -> None:
             pub.send("in clear")
             pub.flush(timeout=10)
             assert pub.stats()["accepted"] == 1
+        # A wrong password: the SDK sees the refusal (not its own idle timeout) and, refused
+        # for LOGIN_REFUSED_GRACE, stops with an error that says so, long before its timeout.
+        started = time.monotonic()
+        wrong = Login("alice", "Tr0ub4dor-guess", plain_in_clear=True)
+        pub = Publisher([router.url], "alice/x", id="wrong", state_dir=str(tmp_path / "w"),
+                        login=wrong, connect_timeout=60)
+        pub.send("never")
+        with pytest.raises(ClientError, match="refused the log-in of user 'alice'") as err:
+            pub.flush(timeout=30)
+        assert time.monotonic() - started < LOGIN_REFUSED_GRACE + 5
+        assert "Tr0ub4dor" not in str(err.value)
+        pub.close()
 
 
 def test_exactmesh_pub_and_sub_log_in_with_the_password_from_the_environment(
@@ -222,7 +241,8 @@ def test_exactmesh_pub_and_sub_log_in_with_the_password_from_the_environment(
                 sub.wait(5)
         bad = subprocess.run([EXACTMESH, "pub", *common, "--id", "cli-bad", "--state-dir",
                               str(tmp_path / "bad"), "--topic", "alice/x", "--count", "1",
-                              "--timeout", "3"],
+                              "--timeout", "30"],
                              env=dict(env, EXACTMESH_PASSWORD="nope"), capture_output=True,
                              text=True, timeout=60)
         assert bad.returncode != 0 and "nope" not in bad.stderr
+        assert "refused the log-in of user 'alice'" in bad.stderr, bad.stderr
