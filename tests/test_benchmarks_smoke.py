@@ -221,13 +221,28 @@ def test_mqtt_shared_group() -> None:
 
 
 def test_secure() -> None:
-    """benchmarks/secure.py: plain MQTT next to TLS with a log-in and a 1,000-rule ACL."""
+    """benchmarks/secure.py: MQTT QoS 2 and AMQP, each plain, with a log-in and a 1,000-rule
+    ACL, and with those over TLS; a row of figures for each, and the ratios."""
     if shutil.which("mosquitto_passwd") is None:
         pytest.skip("no mosquitto_passwd (Debian package mosquitto)")
     out = run_benchmark("secure", "--quick")
-    assert re.search(r"^QoS 2: secure / plain throughput \d+\.\d\dx, router CPU per message "
-                     r"\d+\.\d\dx$", out, re.M), out
-    assert "RESULT: every subscriber got every message (at QoS 2 exactly once)" in out
+    rows = {}
+    for line in out.splitlines():
+        if line.startswith(("| MQTT", "| AMQP")):
+            name, *cells = (c.strip() for c in line.strip("|").split("|"))
+            rows[name] = cells
+    setups = ("plain", "log-in + 1,000-rule ACL", "TLS + log-in + 1,000-rule ACL")
+    assert sorted(rows) == sorted(f"{p}, 1 -> 1, {s}" for p in ("MQTT QoS 2", "AMQP")
+                                  for s in setups), out
+    for rate, p50, p99, cpu in rows.values():
+        assert num(rate) > 0 and 0 <= num(p50) <= num(p99) and num(cpu) >= 0, rows
+    ratio = r"\d+\.\d\dx msgs/s, \d+\.\d\dx CPU per message"
+    for proto in ("MQTT QoS 2", "AMQP"):
+        assert re.search(rf"^{proto}: log-in \+ ACL / plain {ratio}; TLS \+ log-in \+ ACL / "
+                         rf"log-in \+ ACL {ratio}; TLS \+ log-in \+ ACL / plain {ratio}$",
+                         out, re.M), out
+    assert ("RESULT: every subscriber got every message (at QoS 2 exactly once; AMQP exactly "
+            "once)") in out
 
 
 def test_mqtt_next_to_mosquitto() -> None:
