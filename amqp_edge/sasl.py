@@ -45,6 +45,7 @@ class SaslServer:
         self.user: str | None = None
         self.refusal: str | None = None
         self.skipped = False  # the client sent the AMQP header at once: no SASL at all
+        self.checked = False  # the credentials reached `check`
         self.rest = b""
         self._buf = b""
         self._header_seen = False
@@ -75,7 +76,7 @@ class SaslServer:
         size, doff, kind = struct.unpack(">IBB", self._buf[:6])
         if size > MAX_FRAME or size < 8 or doff < 2 or kind != SASL_FRAME:
             self._fail(f"a SASL frame of {size} bytes, data offset {doff}, type {kind}: not "
-                       "a sasl-init this router takes")
+                       f"a sasl-init this router takes (one of at most {MAX_FRAME} bytes)")
             return
         if len(self._buf) < size:
             return
@@ -93,6 +94,7 @@ class SaslServer:
         except (ValueError, KeyError, IndexError, TypeError, DataException) as err:
             self._fail(f"malformed sasl-init ({err or type(err).__name__})")
             return
+        self.checked = True  # the verdict is the check's (counted there), not a bad frame's
         why = self.check(user, password)
         if why is not None:
             self._fail(why)

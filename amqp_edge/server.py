@@ -153,6 +153,8 @@ async def _log_in(node: RuntimePort, stream: trio.abc.Stream,
             "allowed: log in with SASL PLAIN (over TLS, or with --allow-plain-without-tls)"
         policy.refusals["anonymous"] += 1
     if sasl.refusal is not None:
+        if not (sasl.checked or sasl.skipped):
+            policy.refusals["bad-sasl"] += 1  # a malformed or unexpected SASL exchange
         log.warning("connection %s: SASL log-in refused: %s", peer, sasl.refusal)
         return None
     return sasl.user, sasl.rest

@@ -46,6 +46,7 @@ from router.security.policy import (
     NOT_AUTHORIZED,
     TOO_MANY,
     Refusal,
+    shown,
 )
 
 from . import mapping, retained
@@ -439,8 +440,8 @@ class MqttConnection:
             self.username = username
             return True
         code = _REFUSAL_CODES[refusal.kind]
-        log.warning("mqtt connection %s (client %r): refused, %s: %s", self.peer, client_id,
-                    reason_name(code.value), refusal.detail)
+        log.warning("mqtt connection %s (client %s): refused, %s: %s", self.peer,
+                    shown(client_id), reason_name(code.value), refusal.detail)
         props = EMPTY_PROPERTIES
         if self.version == MQTT_5 and c.properties.request_problem_information != 0:
             props = Properties(reason_string=f"{refusal.kind}: {refusal.detail}"[:256])

@@ -27,6 +27,17 @@ NOT_AUTHORIZED = "not authorized"
 TOO_MANY = "max-connections-per-user"
 
 
+SHOWN_MAX = 64  # characters of a client's user name or id a log line quotes
+
+
+def shown(text: str | None) -> str:
+    """A client-chosen name for a log line: quoted, and cut to SHOWN_MAX characters (a
+    65,535-byte user name must not make each refusal's line that long)."""
+    if text is None or len(text) <= SHOWN_MAX:
+        return repr(text)
+    return f"{text[:SHOWN_MAX]!r}... ({len(text)} characters)"
+
+
 class PolicyError(ValueError):
     """A password or ACL file that cannot be used; the message names the file and line."""
 
@@ -81,7 +92,7 @@ class Policy:
         if self.passwords is None:
             return None  # a user name without a password file: it names the ACL's user
         if password is None or not self.passwords.check(username, password):
-            return self._refuse(BAD_CREDENTIALS, f"user {username!r}: unknown user or wrong "
+            return self._refuse(BAD_CREDENTIALS, f"user {shown(username)}: unknown user or wrong "
                                 "password")
         return None
 
@@ -143,7 +154,7 @@ class Policy:
         same = sum(1 for conn in connections if conn.user == username)
         if same < max_per_user:
             return None
-        return self._refuse(TOO_MANY, f"user {username!r} has {same} connections already, the "
+        return self._refuse(TOO_MANY, f"user {shown(username)} has {same} connections already, the "
                             "router's --max-connections-per-user")
 
     def _refuse(self, kind: str, detail: str) -> Refusal:
