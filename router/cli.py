@@ -3,7 +3,7 @@
     exactmesh router --id A --amqp 127.0.0.1:5672 [--config router.toml] [options]
     exactmesh relay --id R --mesh HOST:PORT,... --amqp HOST:PORT --store DIR [options]
                                      (a relay agent: router/relay_cli.py)
-    exactmesh demo [--messages N]
+    exactmesh demo [--messages N] [--secure]
     exactmesh status delivery ID --http HOST:PORT      (also: status deliveries, status health)
     exactmesh pub --url URL --topic T --id NAME --state-dir DIR [--count N]   (router/pubsub_cli.py)
     exactmesh sub --url URL --topic FILTER --id NAME --state-dir DIR [--count N]
@@ -115,6 +115,10 @@ def _demo_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("demo", help="run three local routers in a line with publishers and "
                        "subscribers, and print a delivery report")
     p.add_argument("--messages", type=int, default=2000, help="messages to publish in all")
+    p.add_argument("--secure", action="store_true",
+                   help="run the routers secured (TLS for clients and peers, users, per-topic "
+                   "rules; docs/security.md) with every client logging in, and show refused "
+                   "log-ins and publishes (needs the trustme package)")
 
 
 def _status_parser(sub: argparse._SubParsersAction) -> None:
@@ -302,7 +306,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "demo":
         from .demo import run_demo
 
-        return run_demo(messages=args.messages)
+        return run_demo(messages=args.messages, secure=args.secure)
     if args.command == "status":
         return run_status(args)
     if args.command == "accel":

@@ -13,6 +13,11 @@ router B to the same topics: one topic space for both protocols. The report chec
 message each subscriber was owed against what it processed (lost, duplicated, out of order)
 and every publisher's outcomes, and says how long the failover took. It exits 1 if anything
 is wrong.
+
+`exactmesh demo --secure` runs the same with the routers secured as an operator would
+(docs/security.md): clients over TLS logging in, per-topic rules, peers over mutual TLS; and
+tries a log-in with a wrong password and publishes where the rules forbid it, which the report
+shows refused (router/demo_secure.py).
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ from amqp_edge.client import ClientClosed, Publisher, Subscriber
 
 from .core.topics import matches
 from .demo_procs import Router, free_ports, wait
+from .demo_secure import BILLING, SENSOR, SHOP, Secure
 
 ROUTERS = ["A", "B", "C"]
 FAILOVER = {"A": "B", "B": "A", "C": "B"}  # each client's second router
@@ -68,10 +74,11 @@ class DemoSub:
 class DemoDevice:
     """An MQTT 5 device on paho-mqtt's network thread: QoS 2, clean start off (a persistent
     session: a warm subscriber in mesh terms). Its payloads are the publishers' bodies
-    ("TOPIC #N"), turned back into message ids for the report."""
+    ("TOPIC #N"), turned back into message ids for the report. With `secure`, over TLS and
+    logged in."""
 
     def __init__(self, name: str, router: str, topic_filter: str, port: int,
-                 publisher_of: dict[str, str]) -> None:
+                 publisher_of: dict[str, str], secure: Secure | None = None) -> None:
         import paho.mqtt.client as mqtt
         from paho.mqtt.packettypes import PacketTypes
         from paho.mqtt.properties import Properties
@@ -81,11 +88,15 @@ class DemoDevice:
         self.times: list[float] = []
         self._publisher_of = publisher_of
         self._subscribed = threading.Event()
+        self.acks: dict[int, int] = {}  # PUBACK reason code by message id
         self.client = mqtt.Client(callback_api_version=mqtt.CallbackAPIVersion.VERSION2,
                                   protocol=mqtt.MQTTv5, client_id=name)
         self.client.on_message = self._on_message
         self.client.on_subscribe = lambda *a: self._subscribed.set()
         self.client.on_connect = lambda c, *a: c.subscribe(topic_filter, qos=2)
+        self.client.on_publish = lambda c, u, mid, rc, p: self.acks.__setitem__(mid, rc.value)
+        if secure is not None:
+            secure.mqtt_login(self.client, SENSOR)
         props = Properties(PacketTypes.CONNECT)
         props.SessionExpiryInterval = 60
         self.client.connect("127.0.0.1", port, keepalive=30, clean_start=False,
@@ -94,6 +105,14 @@ class DemoDevice:
 
     def subscribed(self) -> bool:
         return self._subscribed.is_set()
+
+    def try_publish(self, topic: str) -> str | None:
+        """Publish at QoS 1 where the device may only read: how it was refused, or None."""
+        mid = self.client.publish(topic, b"not mine to write", qos=1).mid
+        deadline = time.monotonic() + 10
+        while mid not in self.acks and time.monotonic() < deadline:
+            time.sleep(0.01)
+        return "PUBACK 0x87 (not authorized)" if self.acks.get(mid) == 0x87 else None
 
     def _on_message(self, client: Any, userdata: Any, msg: Any) -> None:
         topic, _, n = msg.payload.decode().rpartition(" #")
@@ -105,7 +124,7 @@ class DemoDevice:
         self.client.loop_stop()
 
 
-def _device(routers: dict[str, Router]) -> DemoDevice | None:
+def _device(routers: dict[str, Router], secure: Secure | None) -> DemoDevice | None:
     try:
         import paho.mqtt.client  # noqa: F401
     except ImportError:
@@ -113,7 +132,7 @@ def _device(routers: dict[str, Router]) -> DemoDevice | None:
         return None
     name, router, topic_filter = DEVICE
     return DemoDevice(name, router, topic_filter, routers[router].mqtt_port,
-                      {topic: pub for pub, _, topic in PUBLISHERS})
+                      {topic: pub for pub, _, topic in PUBLISHERS}, secure)
 
 
 @dataclass
@@ -136,7 +155,7 @@ class DemoPub:
 
 def report(pubs: list[DemoPub], subs: list[DemoSub], device: DemoDevice | None,
            routers: dict[str, Router], elapsed: float, killed_at: float,
-           back_at: float) -> bool:
+           back_at: float, refusals: list[tuple[str, str | None]] | None = None) -> bool:
     where = {r.url: name for name, r in routers.items()}
     total = sum(p.count for p in pubs)
     print(f"\n{'publisher':<10}{'router':<10}{'topic':<18}{'sent':>6}{'accepted':>10}"
@@ -178,9 +197,16 @@ def report(pubs: list[DemoPub], subs: list[DemoSub], device: DemoDevice | None,
     print(f"its subscribers' first delivery after the kill (at router {FAILOVER[VICTIM]}): "
           f"{first * 1000:.0f} ms; last delivery of the run: {last:.2f} s after the kill; "
           f"{total} messages published in {elapsed:.2f} s")
+    if refusals is not None:  # --secure
+        print()
+        for what, how in refusals:
+            print(f"refused as expected: {what}: {how}" if how else f"NOT REFUSED: {what}")
+        ok = ok and all(how for _, how in refusals)
     print("\nRESULT: " + ("every subscriber processed every message it was owed exactly once, "
                           "in publish order; every publisher was told accepted for all" if ok
                           else "FAILED: see the tables above"))
+    if ok and refusals is not None:
+        print("        and every forbidden action was refused")
     return ok
 
 
@@ -198,7 +224,18 @@ def diagnose(pubs: list[DemoPub], subs: list[DemoSub], routers: dict[str, Router
             print(f"    {line}")
 
 
-def run_demo(messages: int = 2000) -> int:
+def _refuse(secure: Secure, routers: dict[str, Router], device: DemoDevice | None,
+            state_dir: str, out: list[tuple[str, str | None]]) -> None:
+    """--secure: what the password file and the rules must refuse, tried at A and B (C is
+    the router killed), into `out` as (what was tried, how it was refused or None)."""
+    out.extend(secure.refusals(("B", routers["B"].url), ("A", routers["A"].url), state_dir))
+    if device is not None:
+        topic = PUBLISHERS[0][2]
+        out.append((f"MQTT device {device.name} (user {SENSOR}) publishing to {topic} at "
+                    f"{device.router}", device.try_publish(topic)))
+
+
+def run_demo(messages: int = 2000, secure: bool = False) -> int:
     amqp = free_ports(3)
     mesh = free_ports(3)
     mqtt = free_ports(3)
@@ -206,22 +243,29 @@ def run_demo(messages: int = 2000) -> int:
     subs: list[DemoSub] = []
     pubs: list[DemoPub] = []
     device: DemoDevice | None = None
+    refusals: list[tuple[str, str | None]] | None = None
     state = tempfile.TemporaryDirectory(prefix="exactmesh-demo-")
     try:
+        sec = Secure(state.name) if secure else None
         for i, name in enumerate(ROUTERS):  # A - B - C: each connects to the previous one
-            routers[name] = Router(name, amqp[i], mesh[i], mesh[i - 1] if i else None, mqtt[i])
+            routers[name] = Router(name, amqp[i], mesh[i], mesh[i - 1] if i else None, mqtt[i],
+                                   secure=sec)
         for r in routers.values():
             wait(r.ready, 15, f"router {r.name}")
         print("routers: " + " - ".join(f"{n} ({r.url})" for n, r in routers.items()))
+        if sec is not None:
+            print(f"secured: clients over TLS (amqps, mqtts) logging in (publishers as {SHOP}, "
+                  f"subscribers as {BILLING}, the device as {SENSOR}), per-topic rules, "
+                  "peers over mutual TLS")
 
         def urls(router: str) -> list[str]:
             return [routers[router].url, routers[FAILOVER[router]].url]
 
         for name, router, flt in SUBSCRIBERS:
             client = Subscriber(urls(router), flt, id=name, state_dir=f"{state.name}/{name}",
-                                durable=True, timeout=60)
+                                durable=True, timeout=60, login=sec.login(BILLING) if sec else None)
             subs.append(DemoSub(name, router, flt, client))
-        device = _device(routers)
+        device = _device(routers, sec)
         where_subs = [router for _, router, _ in SUBSCRIBERS]
         if device is not None:
             wait(device.subscribed, 15, "the MQTT device's SUBACK")
@@ -232,10 +276,16 @@ def run_demo(messages: int = 2000) -> int:
         print("gossip converged: every publishing router knows every subscriber")
         for s in subs:
             threading.Thread(target=s.run, daemon=True).start()
+        refusing = None
+        if sec is not None:  # meanwhile, at the routers that are not killed
+            refusals = []
+            refusing = threading.Thread(target=_refuse, daemon=True, args=(
+                sec, routers, device, f"{state.name}/refused", refusals))
+            refusing.start()
         started = time.monotonic()
         for name, router, topic in PUBLISHERS:
             client = Publisher(urls(router), topic, id=name, state_dir=f"{state.name}/{name}",
-                               window=WINDOW)
+                               window=WINDOW, login=sec.login(SHOP) if sec else None)
             pubs.append(DemoPub(name, router, topic, client, messages))
         feeders = [threading.Thread(target=p.run, daemon=True) for p in pubs]
         for f in feeders:
@@ -261,12 +311,16 @@ def run_demo(messages: int = 2000) -> int:
                 or any(p.client.pending for p in pubs)):
             time.sleep(0.05)
         elapsed = time.monotonic() - started
-        ok = report(pubs, subs, device, routers, elapsed, killed_at, back_at)
+        if refusing is not None and refusals is not None:
+            refusing.join(30)
+            if refusing.is_alive():
+                refusals.append(("the refusal checks: no answer within 30 s", None))
+        ok = report(pubs, subs, device, routers, elapsed, killed_at, back_at, refusals)
         if not ok:
             diagnose(pubs, subs, routers)
         from .demo_relay import run_relay_demo  # (it imports this module's helpers)
 
-        ok = run_relay_demo(state.name, messages) and ok
+        ok = run_relay_demo(state.name, messages, sec) and ok
     finally:
         for s in subs:
             s.stop.set()

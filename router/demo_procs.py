@@ -11,25 +11,38 @@ import subprocess
 import sys
 import threading
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .demo_secure import Secure
 
 SECRET = "demo-secret"
 
 
 class Router:
-    """One `exactmesh router` process on fixed ports, so that it can be restarted."""
+    """One `exactmesh router` process on fixed ports, so that it can be restarted.
+
+    With `secure` (`exactmesh demo --secure`, router/demo_secure.py) it runs secured: `mqtt`
+    is then its MQTT-over-TLS port, `url` the amqps:// URL of a TLS listener on another free
+    port, and the plain AMQP listener, which the configuration requires, is used by no client."""
 
     def __init__(self, name: str, amqp: int, mesh: int, connect: int | None,
-                 mqtt: int, *extra: str) -> None:
+                 mqtt: int, *extra: str, secure: Secure | None = None) -> None:
         exe = os.path.join(os.path.dirname(sys.executable), "exactmesh")
         self.args = [exe, "router", "--id", name, "--amqp", f"127.0.0.1:{amqp}",
-                     "--listen", f"127.0.0.1:{mesh}", "--cluster-secret", SECRET,
-                     "--mqtt", f"127.0.0.1:{mqtt}", "--log-level", "debug", *extra]
+                     "--listen", f"127.0.0.1:{mesh}"]
+        if secure is None:
+            self.args += ["--cluster-secret", SECRET, "--mqtt", f"127.0.0.1:{mqtt}"]
+            self.url = f"amqp://127.0.0.1:{amqp}"
+        else:
+            (amqps,) = free_ports(1)
+            self.args += secure.router_flags(name, amqps, mqtt)
+            self.url = f"amqps://127.0.0.1:{amqps}"
+        self.args += ["--log-level", "debug", *extra]
         self.mqtt_port = mqtt
         if connect is not None:
             self.args += ["--connect", f"127.0.0.1:{connect}"]
         self.name = name
-        self.url = f"amqp://127.0.0.1:{amqp}"
         self.lines: list[str] = []
         self.start()
 

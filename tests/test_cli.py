@@ -220,6 +220,27 @@ def test_demo_runs_and_reports_success():
             in result.stdout), result.stdout
 
 
+def test_secure_demo_logs_every_client_in_and_reports_the_refusals():
+    """`exactmesh demo --secure` (router/demo_secure.py): TLS for clients and peers, users and
+    rules; the same exactly-once report, and what the rules forbid refused."""
+    result = run_exactmesh("demo", "--secure", "--messages", "200", timeout=90)
+    assert result.returncode == 0, result.stdout + result.stderr
+    out = result.stdout
+    assert "routers: A (amqps://127.0.0.1:" in out and "killed with SIGKILL mid-stream" in out
+    assert "RESULT: every subscriber" in out and "every forbidden action was refused" in out
+    assert out.count("   200       200       0") == 3, out  # every publisher row
+    device = next(line for line in out.splitlines() if line.startswith("sensor-b"))
+    assert device.split()[-6:] == ["400", "400", "0", "0", "yes", "-"], device
+    refused = [line for line in out.splitlines() if line.startswith("refused as expected: ")]
+    assert len(refused) == 3, out
+    assert "wrong password" in refused[0] and "log-in refused" in refused[0]
+    assert "payments/refunds" in refused[1] and "amqp:unauthorized-access" in refused[1]
+    assert "PUBACK 0x87" in refused[2]
+    assert "NOT REFUSED" not in out
+    assert ("device back: session present True, 200 messages, 0 duplicated, in order: OK"
+            in out), out
+
+
 def test_a_router_process_collects_young_garbage_less_often() -> None:
     """`exactmesh router` raises the collector's first threshold and freezes what start-up
     loaded (router/cli.py: GC_THRESHOLD_0); the other thresholds stay as they were."""
