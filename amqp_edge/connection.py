@@ -569,11 +569,7 @@ class AmqpConnection:
             return True
         log.debug("subscriber %s: not sent a message for %r (not authorized to read it)",
                   ls.label, action.address)
-        engine = self.engine
-        if not action.settled:
-            engine.handle(ev.CopyOutcome(self._now, ls.id, action.tag, Disposition.ACCEPTED,
-                                         True))
-        engine.handle(ev.SubscriberCredit(self._now, ls.id, engine.credit(ls.id) + 1))
+        self.engine.handle(ev.CopyWithheld(self._now, ls.id, action.tag, action.settled))
         return False
 
     def _reject(self, d: Any, outcome: Any) -> None:

@@ -946,11 +946,7 @@ class MqttConnection:
             return True
         log.debug("mqtt client %r: not sent a message for %r (not authorized to read it)",
                   self.client_id, action.address)
-        engine = self.engine
-        if not action.settled:
-            engine.handle(ev.CopyOutcome(self._now, sl.id, action.tag, Disposition.ACCEPTED,
-                                         True))
-        engine.handle(ev.SubscriberCredit(self._now, sl.id, engine.credit(sl.id) + 1))
+        self.engine.handle(ev.CopyWithheld(self._now, sl.id, action.tag, action.settled))
         return False
 
     def _send_unsettled(self, sl: SubLink, action: Send) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from amqp_edge.sdk_core import Failure
+from router.core import events as ev
 from router.core.actions import ACCEPTED, Decide, Forward, Send
 from router.core.engine import Disposition, EngineConfig
 from router.core.records import IN_DOUBT, SOME, LinkIdentity, outgoing_tag
@@ -149,3 +150,21 @@ def test_a_remote_part_fails_in_doubt_when_its_router_had_the_message() -> None:
                                             IN_DOUBT: ["app/other@C"]})
     out = _failure(e)
     assert sorted(out.info[IN_DOUBT]) == ["app/far@B", "app/other@C"]
+
+
+def test_a_withheld_copy_counts_as_accepted_and_gives_its_credit_back() -> None:
+    """An edge that may not send a copy (its subscriber may not read the topic: the ACL,
+    docs/security.md) withholds it: the publisher hears accepted, and the credit the copy
+    took carries the next message."""
+    e = EngineDriver(EngineConfig(router_id="A"))
+    e.attach_subscriber(1, LinkIdentity("app", "wide"), "#")
+    e.subscriber_credit(1, 1)
+    e.attach_publisher(9, LinkIdentity("c", "pub"), "t", "all")
+    e.message(9, b"1", b"secret", address="secret/x")
+    e.message(9, b"2", b"news", address="news/x")
+    (first,) = sends(e)
+    e.handle(ev.CopyWithheld(e.now, 1, first.tag, first.settled))
+    actions = e.take_actions()
+    assert [a.tag for a in actions if isinstance(a, Decide) and a.outcome is ACCEPTED] == [b"1"]
+    (second,) = [a for a in actions if isinstance(a, Send)]
+    assert second.address == "news/x"

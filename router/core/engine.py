@@ -46,6 +46,7 @@ from .actions import (
 from .events import (
     NO_LOCAL,
     CopyOutcome,
+    CopyWithheld,
     Event,
     Held,
     MessageArrived,
@@ -208,6 +209,8 @@ class Engine(FailoverMixin):
                                 event.info)
         elif isinstance(event, TimePassed):
             self._tick(self._now)
+        elif isinstance(event, CopyWithheld):
+            self._copy_withheld(event.link, event.tag, event.settled)
         else:
             result = self._handle_rare(event)
         if self.config.check_invariants:
@@ -468,11 +471,15 @@ class Engine(FailoverMixin):
                 sub.stored_full = False
             self._pump(sub)
 
-    def credit(self, link: int) -> int:
-        """The credit the engine counts for subscriber `link` (0 for an unknown link): an
-        edge that did not send a copy it was given adds one back with `SubscriberCredit`."""
+    def _copy_withheld(self, link: int, tag: bytes, settled: bool) -> None:
+        """The edge did not send a copy (`CopyWithheld`): accepted, and its credit back."""
         sub = self.subscribers.get(link)
-        return sub.credit if sub is not None else 0
+        if sub is None:
+            return
+        if not settled:
+            self._copy_outcome(link, tag, Disposition.ACCEPTED, True, "")
+        sub.credit += 1
+        self._pump(sub)
 
     def has_queued(self, link: int) -> bool:
         sub = self.subscribers.get(link)

@@ -169,6 +169,21 @@ class CopyOutcome(Event):
         self.error = error
 
 
+class CopyWithheld(Event):
+    """The edge did not send copy `tag` it was given in a `Send`: its subscriber may not read
+    it (the ACL, checked per message: docs/security.md). For the publisher it counts as
+    accepted by that subscriber, and the unit of credit it took is given back. `settled`:
+    the `Send` was pre-settled (nothing to answer)."""
+
+    __slots__ = ("link", "settled", "tag")
+
+    def __init__(self, now: float, link: int, tag: bytes, settled: bool) -> None:
+        self.now = now
+        self.link = link
+        self.tag = tag
+        self.settled = settled
+
+
 class PublisherSettled(Event):
     """The publisher settled its delivery `tag` (before an outcome: the seed's DELETE)."""
 
