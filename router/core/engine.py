@@ -637,7 +637,7 @@ class Engine(FailoverMixin):
                 move_part(rec, part, Step.FAIL, reasons.get(label, "failed"),
                           label in status.get(IN_DOUBT, ()))
             else:  # answered for, but named nowhere: it cannot be counted as accepted
-                move_part(rec, part, Step.FAIL, f"got no outcome from router {router}", True)
+                move_part(rec, part, Step.FAIL, f"got no outcome from router {router}")
         self._decide(rec)
         self._maybe_forget(rec)
 
@@ -1019,8 +1019,8 @@ class Engine(FailoverMixin):
         self._decide(rec)
         self._maybe_forget(rec)
 
-    def _fail(self, rec: Record, copy: Copy, reason: str, doubt: bool | None = None) -> None:
-        """Fail `copy`; in doubt (None: if it was sent and not answered, `move_copy`)."""
+    def _fail(self, rec: Record, copy: Copy, reason: str, doubt: bool = True) -> None:
+        """Fail `copy`; in doubt unless the subscriber said it did not take it (`move_copy`)."""
         move_copy(rec, copy, Step.FAIL, reason, doubt)
 
     def _settle_copy(self, sub: Subscriber, rec: Record, copy: Copy) -> None:
@@ -1213,7 +1213,7 @@ class Engine(FailoverMixin):
         for part in rec.peers.values():
             if part.state == PartState.PENDING:
                 why = f"did not accept it before its ttl ran out (no answer from {part.router})"
-                move_part(rec, part, Step.FAIL, why, part.last in rec.told)
+                move_part(rec, part, Step.FAIL, why)
         for copy in rec.copies.values():
             if copy.state == QUEUED:
                 self._fail(rec, copy, "did not get it before its ttl ran out")

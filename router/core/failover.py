@@ -396,8 +396,7 @@ class FailoverMixin(GroupsMixin):
                     part = rec.peers.get(key)
                     if (rec.seq in self.records and part is not None
                             and part.state == PartState.PENDING and part.ended is None):
-                        move_part(rec, part, Step.FAIL, "detached before accepting it",
-                                  part.last in rec.told)
+                        move_part(rec, part, Step.FAIL, "detached before accepting it")
                         self._decide(rec)
                         self._maybe_forget(rec)
 
@@ -461,12 +460,11 @@ class FailoverMixin(GroupsMixin):
                 if part.state != PartState.PENDING or part.router != router:
                     continue
                 if part.ended is not None:  # its verdict will not come now
-                    move_part(rec, part, Step.FAIL, "detached before accepting it",
-                              part.last in rec.told)
+                    move_part(rec, part, Step.FAIL, "detached before accepting it")
                 elif part.key in self._away:
                     part.router = None
-                else:  # in doubt if it went there: its verdict may be what was lost
-                    move_part(rec, part, Step.FAIL, reason, router in rec.told)
+                else:  # in doubt: its verdict may be what was lost
+                    move_part(rec, part, Step.FAIL, reason)
             self._decide(rec)
             self._maybe_forget(rec)
 
@@ -508,8 +506,7 @@ class FailoverMixin(GroupsMixin):
                     or part.ended is not None):
                 continue
             if part.router is None:  # away from a lost router: no verdict will come
-                move_part(rec, part, Step.FAIL, "detached before accepting it",
-                          part.last in rec.told)
+                move_part(rec, part, Step.FAIL, "detached before accepting it")
                 self._decide(rec)
                 self._maybe_forget(rec)
                 continue
@@ -531,7 +528,7 @@ class FailoverMixin(GroupsMixin):
             part = rec.peers.get(key)
             if (part is not None and part.state == PartState.PENDING and part.router == router
                     and part.ended is None):  # (an ended one waits for its verdict)
-                move_part(rec, part, Step.FAIL, reason, part.last in rec.told)
+                move_part(rec, part, Step.FAIL, reason)
                 self._decide(rec)
                 self._maybe_forget(rec)
 
@@ -1160,8 +1157,7 @@ class FailoverMixin(GroupsMixin):
             part = rec.peers.get(key) if rec is not None else None
             if (rec is not None and part is not None and part.state == PartState.PENDING
                     and part.ended == until):  # its router did not answer for it in time
-                move_part(rec, part, Step.FAIL, "detached before accepting it",
-                          part.last in rec.told)
+                move_part(rec, part, Step.FAIL, "detached before accepting it")
                 self._decide(rec)
                 self._maybe_forget(rec)
         orphans = self._orphans

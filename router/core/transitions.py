@@ -148,10 +148,11 @@ def add_copy(rec: Record, key: int, sub: Subscriber, accepted: bool = False) -> 
 
 
 def move_copy(rec: Record, copy: Copy, step: Step, reason: str = "",
-              doubt: bool | None = None) -> None:
+              doubt: bool = True) -> None:
     """Apply `step` to `copy`, as the table says; `reason` is kept for a FAIL, and whether
-    the failure is in doubt (`doubt`; None: it is if the copy was sent and not answered, or
-    was in doubt already: the subscriber may have processed it, its answer lost)."""
+    the failure is in doubt (`doubt`): it is unless the subscriber itself said it did not
+    take the message. A copy never sent here may have reached it through another router
+    before it moved, and one sent may have been processed with the answer lost."""
     old = copy.state
     new = _COPY_NEXT[old * 8 + step]
     if new is None:
@@ -164,7 +165,7 @@ def move_copy(rec: Record, copy: Copy, step: Step, reason: str = "",
         rec.held -= 1
     if step == Step.FAIL:
         copy.reason = reason
-        copy.doubt = (old == SENT or copy.doubt) if doubt is None else doubt
+        copy.doubt = doubt
 
 
 def hold_copy(rec: Record, copy: Copy) -> None:
@@ -207,9 +208,9 @@ def add_part(
 
 
 def move_part(rec: Record, part: PeerPart, step: Step, reason: str = "",
-              doubt: bool = False) -> None:
-    """Apply `step` to `part`; for a FAIL, `reason` and whether it is in doubt (`doubt`: the
-    message reached the subscriber's router, which did not say it failed for certain)."""
+              doubt: bool = True) -> None:
+    """Apply `step` to `part`; for a FAIL, `reason` and whether it is in doubt (`doubt`):
+    it is unless the subscriber's router said it failed for certain."""
     old = part.state
     new = _PART_NEXT[old * 8 + step]
     if new is None:
