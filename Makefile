@@ -1,7 +1,8 @@
 # Two commands do all set-up on a fresh Debian machine: `make demo` and `make test`.
 # Both build .venv on their own (and install python3-venv if the interpreter lacks venv);
 # `make test` also installs Debian's mosquitto-clients (mosquitto_pub/_sub) and a Java runtime
-# (openjdk-17-jre-headless, for the Spark data source's tests) when missing, and the JavaScript
+# (openjdk-17-jre-headless, for the Spark data source's tests) and nftables (the test bed's
+# partitions, tests/test_hosts.py) when missing, and the JavaScript
 # clients of tests/test_js_clients.py (npm ci in tests/js; nodejs and npm first if missing).
 # Both compile the per-message modules with mypyc (router/accel.py; gcc and python3-dev are
 # installed when missing); if that fails the router runs them as plain Python, only slower.
@@ -48,6 +49,9 @@ test: $(STAMP) $(ACCEL) $(JS_STAMP)
 	@command -v mosquitto_pub >/dev/null 2>&1 || \
 	  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq mosquitto-clients; } || \
 	  echo "make test: could not install mosquitto-clients; the tests that need mosquitto_pub/mosquitto_sub will skip"
+	@command -v nft >/dev/null 2>&1 || \
+	  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nftables; } || \
+	  echo "make test: could not install nftables; the test bed's partitions (tests/test_hosts.py) will skip"
 	@command -v java >/dev/null 2>&1 || \
 	  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openjdk-17-jre-headless; } || \
 	  echo "make test: could not install a Java runtime; the Spark tests (tests/test_spark_*.py) will skip"

@@ -1,0 +1,348 @@
+"""Scenarios: build the hosts, start routers and clients, run the nemesis, check, tear down.
+
+Hosts: router hosts r1..rN (routers A, B, C, ... from the TOML templates, deploy/three-
+routers-secure by default) and client hosts c1..cN. Client host ci runs publisher pi (user
+`ingest`, topic devices/bed/commands/pi) and subscriber si (user `operator`, filter
+devices/#, durable, with a state directory), both over amqps, their routers' URLs ordered
+from ri outwards. Every subscriber is owed every message: publishers start only once every
+router knows every subscriber.
+
+- `line3`: the guarantee under kill, pause, partition, one-way partition and isolation;
+  every check must come out 0.
+- `broken`: the same, but publisher p1 keeps its outbox in memory (no state directory) and
+  the nemesis also SIGKILLs it and starts it again (`pubkill`): a fault the guarantee does
+  not cover, which the checker must report (the new run reuses sequence numbers, so its
+  messages are taken for copies of the old ones, and what the old run had in flight has no
+  outcome).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import tomllib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tests.hosts.history import History, Report, check, write_json
+from tests.hosts.nemesis import KINDS, Layout, Nemesis, Plan, schedule
+from tests.hosts.netns import Proc, Testbed
+from tests.hosts.routers import ROOT, RouterHost, load_templates, make_etc, pump, render, to_toml
+
+USERS = {"ingest": "ingest password", "operator": "operator password"}
+FILTER = "devices/#"
+SCENARIOS = ("line3", "broken", "failover", "restart-isolated")
+# Clients in `line3` wait this long for a silent router before failing over: longer than any
+# fault, so that a pause or a cut is ridden out on the same connection (a killed router still
+# makes them fail over at once). `failover` keeps the SDK's default (1 s; 2.5 s logged in).
+RIDE_OUT = 8.0
+
+
+@dataclass
+class Options:
+    scenario: str = "line3"
+    seed: int = 1
+    cycles: int = 2
+    routers: int = 3
+    rate: float = 20.0
+    kinds: tuple[str, ...] = KINDS
+    templates: Path = ROOT / "deploy" / "three-routers-secure"
+    topology: str | None = None  # None: the templates' own `connect` lines (if one a router)
+    unreachable_timeout: float = 3.0
+    client_idle_timeout: float | None = RIDE_OUT
+    out: Path = ROOT / "build" / "testbed"
+    recovery_timeout: float = 30.0
+    drain_timeout: float = 30.0
+    quiet: bool = False
+    # Filled by the scenario.
+    memory_publishers: set[str] = field(default_factory=set)
+    extra_kinds: tuple[str, ...] = ()
+
+    def replay(self) -> str:
+        """The command line that runs this schedule again."""
+        words = [f"python -m tests.hosts {self.scenario} --seed {self.seed} --cycles "
+                 f"{self.cycles} --hosts {self.routers}"]
+        default = Options()
+        if tuple(self.kinds) != default.kinds:
+            words.append(f"--kinds {','.join(self.kinds)}")
+        if self.rate != default.rate:
+            words.append(f"--rate {self.rate:g}")
+        if self.topology is not None:
+            words.append(f"--topology {self.topology}")
+        if self.templates != default.templates:
+            words.append(f"--templates {self.templates}")
+        if self.unreachable_timeout != default.unreachable_timeout:
+            words.append(f"--unreachable-timeout {self.unreachable_timeout:g}")
+        return " ".join(words)
+
+
+def edges(topology: str, n: int) -> list[tuple[int, int]]:
+    """(dialling router, listening router) index pairs, as tests/mesh_harness.py wires them."""
+    if topology == "line":
+        return [(i, i - 1) for i in range(1, n)]
+    if topology == "ring":
+        return [(i, i - 1) for i in range(1, n)] + ([(n - 1, 0)] if n > 2 else [])
+    if topology == "star":
+        return [(i, 0) for i in range(1, n)]
+    if topology == "full":
+        return [(i, j) for i in range(1, n) for j in range(i)]
+    raise ValueError(f"topology {topology!r}: line, ring, star or full")
+
+
+class World:
+    """The routers and client agents of one run, on one test bed."""
+
+    def __init__(self, bed: Testbed, run_dir: Path, options: Options,
+                 history: History, log: Callable[[str], None]) -> None:
+        self.bed, self.dir, self.options, self.history, self.log = (
+            bed, run_dir, options, history, log)
+        self.n = options.routers
+        self.router_hosts = [f"r{i + 1}" for i in range(self.n)]
+        self.client_hosts = [f"c{i + 1}" for i in range(self.n)]
+        self.routers: dict[str, RouterHost] = {}
+        self.links: list[tuple[str, str]] = []
+        self.clients: dict[str, Proc] = {}
+        self.incarnation: dict[str, int] = {}
+        self.logs = run_dir / "logs"
+        self.logs.mkdir()
+        self.files: dict[str, Path] = {}
+
+    # ------------------------------------------------------------------ routers
+
+    def configure(self) -> None:
+        templates = load_templates(self.options.templates)
+        ids = [str(t["id"]) for t in templates][: self.n]
+        ids += [chr(ord("A") + i) for i in range(len(ids), self.n)]
+        address = {r: self.bed.hosts[h].address for r, h in zip(ids, self.router_hosts,
+                                                                 strict=True)}
+        self.files = make_etc(self.dir / "etc", ids, address, USERS,
+                              self.options.templates / "acl")
+        listen_port = {r: str(templates[min(i, len(templates) - 1)]["listen"]).rpartition(":")[2]
+                       for i, r in enumerate(ids)}
+        connect: dict[str, list[str]] = {r: [] for r in ids}
+        if self.options.topology is None and len(templates) >= self.n:
+            by_listen = {str(t.get("listen")): r for r, t in zip(ids, templates, strict=False)}
+            for r, t in zip(ids, templates, strict=False):
+                for target in t.get("connect", []):
+                    peer = by_listen.get(target)
+                    if peer is None:  # a router of the templates beyond --hosts
+                        continue
+                    connect[r].append(f"{address[peer]}:{listen_port[peer]}")
+                    self.links.append((self._host(r, ids), self._host(peer, ids)))
+        else:
+            for i, j in edges(self.options.topology or "line", self.n):
+                peer = ids[j]
+                connect[ids[i]].append(f"{address[peer]}:{listen_port[peer]}")
+                self.links.append((self.router_hosts[i], self.router_hosts[j]))
+        for i, r in enumerate(ids):
+            template = templates[min(i, len(templates) - 1)]
+            table = render(template, router_id=r, address=address[r], connect=connect[r],
+                           files=self.files, overrides={
+                               "unreachable-timeout": self.options.unreachable_timeout,
+                               "log-level": "debug"})
+            path = self.dir / f"{r}.toml"
+            path.write_text(to_toml(table, f"router {r} on host {self.router_hosts[i]}, "
+                                           f"from {self.options.templates}"))
+            self.routers[self.router_hosts[i]] = RouterHost(self.bed, self.router_hosts[i], r,
+                                                            path, self.logs)
+
+    def _host(self, router_id: str, ids: list[str]) -> str:
+        return self.router_hosts[ids.index(router_id)]
+
+    def start_routers(self) -> None:
+        for router in self.routers.values():  # in order: each dials routers started before
+            router.start()
+        for a, b in self.links:
+            ra, rb = self.routers[a], self.routers[b]
+            ra.wait_logged(f"router {ra.id}: link to {rb.id} up", 30)
+            rb.wait_logged(f"router {rb.id}: link to {ra.id} up", 30)
+
+    def urls(self, index: int) -> str:
+        """amqps URLs of the routers, from client host `index`'s own router outwards."""
+        order = sorted(range(self.n), key=lambda j: (abs(j - index), j))
+        out = []
+        for j in order:
+            router = self.routers[self.router_hosts[j]]
+            port = _port(router.config, "amqps")
+            out.append(f"amqps://{router.address}:{port}")
+        return ",".join(out)
+
+    # ------------------------------------------------------------------ clients
+
+    def _agent(self, host: str, name: str, argv: list[str], user: str) -> Proc:
+        env = dict(os.environ, XM_PASSWORD=USERS[user], PYTHONUNBUFFERED="1")
+        if self.options.client_idle_timeout is not None:
+            argv = [*argv, "--idle-timeout", str(self.options.client_idle_timeout)]
+        err = open(self.logs / f"{name}-{self.incarnation.get(name, 1)}.err", "w")  # noqa: SIM115
+        proc = self.bed.spawn(host, [sys.executable, "-m", "tests.hosts.clients", *argv,
+                                     "--id", name, "--user", user, "--no-verify-name",
+                                     "--ca", str(self.files["/etc/exactmesh/tls/cluster-ca.crt"])],
+                              label=name, stdout=subprocess.PIPE, stdin=subprocess.PIPE,
+                              stderr=err, env=env, cwd=str(ROOT))
+        err.close()
+        history = self.history
+
+        def sink(line: str) -> None:
+            try:
+                event = json.loads(line)
+            except ValueError:
+                return
+            history.record(event)
+
+        pump(proc.popen.stdout, sink, lambda: None)
+        self.clients[name] = proc
+        return proc
+
+    def start_subscriber(self, i: int) -> None:
+        name = f"s{i + 1}"
+        self._agent(self.client_hosts[i], name,
+                    ["sub", "--urls", self.urls(i), "--filter", FILTER,
+                     "--state-dir", str(self.dir / "state" / name)], "operator")
+
+    def start_publisher(self, i: int) -> None:
+        name = f"p{i + 1}"
+        inc = self.incarnation[name] = self.incarnation.get(name, 0) + 1
+        memory = ["--memory"] if name in self.options.memory_publishers else []
+        self._agent(self.client_hosts[i], name,
+                    ["pub", "--urls", self.urls(i), "--topic", f"devices/bed/commands/{name}",
+                     "--rate", str(self.options.rate), "--inc", str(inc),
+                     "--state-dir", str(self.dir / "state" / name), *memory], "ingest")
+
+    def wait_subscribers_known(self, timeout: float = 30.0) -> None:
+        for i in range(self.n):
+            home = self.routers[self.router_hosts[i]]
+            key = f"s{i + 1}/sub/s{i + 1}"
+            for host, router in self.routers.items():
+                if host != self.router_hosts[i]:
+                    router.wait_logged(f"router {router.id}: knows subscriber {key}@{home.id}",
+                                       timeout)
+
+    def stop_agents(self, names: list[str], timeout: float) -> None:
+        """Tell each agent to stop (a publisher flushes first); wait for every one, up to
+        `timeout` seconds in all, then SIGKILL those still running."""
+        for name in names:
+            stdin = self.clients[name].popen.stdin
+            if stdin is not None:
+                try:
+                    stdin.write("stop\n")
+                    stdin.flush()
+                    stdin.close()
+                except (BrokenPipeError, ValueError):
+                    pass
+        deadline = time.monotonic() + timeout
+        for name in names:
+            proc = self.clients[name]
+            try:
+                proc.popen.wait(max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                self.log(f"{name} did not stop within {timeout:g} s: SIGKILL")
+                proc.kill()
+
+    # ------------------------------------------------------------------ extra faults
+
+    def kill_publisher(self, plan: Plan) -> Callable[[], None]:
+        """`pubkill`: SIGKILL a publisher's process group; the heal starts it again."""
+        name = plan.targets[0]
+        self.clients[name].kill()
+        if name in self.options.memory_publishers:
+            self.history.forget_run(name, self.incarnation[name])
+        return lambda: self.start_publisher(int(name[1:]) - 1)
+
+
+def _port(config: Path, key: str) -> str:
+    table = tomllib.loads(config.read_text())["router"]
+    if key not in table:
+        raise ValueError(f"{config}: the test bed's clients connect over {key}; set it")
+    return str(table[key]).rpartition(":")[2]
+
+
+def prepare(options: Options) -> Options:
+    """The scenario's settings on top of the command line's."""
+    if options.scenario == "broken":
+        options.memory_publishers = {"p1"}
+        options.extra_kinds = ("pubkill",)
+        # What it lost never comes: do not wait long for it.
+        options.drain_timeout = min(options.drain_timeout, 8.0)
+    elif options.scenario == "failover":
+        options.client_idle_timeout = None
+    elif options.scenario == "restart-isolated":
+        options.kinds = ("restart-isolated",)
+        options.drain_timeout = min(options.drain_timeout, 8.0)
+    elif options.scenario != "line3":
+        raise ValueError(f"unknown scenario {options.scenario!r}: {', '.join(SCENARIOS)}")
+    return options
+
+
+Hook = Callable[[str, "World"], Any]
+
+
+def run(options: Options, hook: Hook | None = None) -> Report:
+    """Build, run, check and tear down one scenario; returns the checker's report (its JSON
+    file written under `options.out`). `hook(stage, world)` is called at the stages
+    "hosts", "routers", "clients" and "faults" (tests use it to learn the prefix, or to
+    fail on purpose: the hosts are torn down all the same)."""
+    replay = options.replay()
+    options = prepare(options)
+    log: Callable[[str], None] = (lambda s: None) if options.quiet else (
+        lambda s: print(f"[{time.strftime('%H:%M:%S')}] {s}", flush=True))
+    n = options.routers
+    history = History([f"s{i + 1}" for i in range(n)])
+    hosts = [f"r{i + 1}" for i in range(n)] + [f"c{i + 1}" for i in range(n)]
+    run_name = ""
+    with Testbed(hosts) as bed:
+        run_name = f"{options.scenario}-seed{options.seed}-{bed.prefix}"
+        run_dir = Path(tempfile.mkdtemp(prefix=f"{bed.prefix}-"))
+        try:
+            world = World(bed, run_dir, options, history, log)
+            _play(world, options, history, log, hook or (lambda stage, w: None))
+        finally:
+            history.ended = time.monotonic()
+            bed.close()
+            report = check(history, options.scenario, options.seed, replay)
+            shutil.copytree(run_dir / "logs", options.out / run_name, dirs_exist_ok=True)
+            shutil.rmtree(run_dir, ignore_errors=True)
+            write_json(report, history, options.out / f"{run_name}.json")
+    log(report.summary())
+    return report
+
+
+def _play(world: World, options: Options, history: History, log: Callable[[str], None],
+          hook: Hook) -> None:
+    bed, n = world.bed, options.routers
+    log(f"hosts {', '.join(f'{h.name}={h.address}' for h in bed.hosts.values())} "
+        f"(prefix {bed.prefix})")
+    hook("hosts", world)
+    world.configure()
+    world.start_routers()
+    log(f"routers up: {', '.join(r.id for r in world.routers.values())}")
+    hook("routers", world)
+    for i in range(n):
+        world.start_subscriber(i)
+    world.wait_subscribers_known()
+    for i in range(n):
+        world.start_publisher(i)
+    pubs = [f"p{i + 1}" for i in range(n)]
+    if not history.wait(lambda h: h.every_sub_got_from(pubs), 30, "the first messages"):
+        raise TimeoutError("the first messages did not reach every subscriber within 30 s")
+    log("clients up; every subscriber receives")
+    hook("clients", world)
+    layout = Layout(world.router_hosts, dict(zip(world.router_hosts, world.client_hosts,
+                                                 strict=True)), world.links)
+    kinds = tuple(options.kinds) + options.extra_kinds
+    plans = schedule(options.seed, options.cycles, layout, kinds,
+                     {"pubkill": [(p,) for p in sorted(options.memory_publishers)]})
+    nemesis = Nemesis(bed, world.routers, history, options.recovery_timeout, world.links)
+    nemesis.actions["pubkill"] = world.kill_publisher
+    nemesis.run(plans, log)
+    hook("faults", world)
+    world.stop_agents(pubs, 90)
+    history.wait(lambda h: h.owed_all_processed(), options.drain_timeout, "the drain")
+    world.stop_agents([f"s{i + 1}" for i in range(n)], 30)
+    log("clients stopped")
