@@ -58,7 +58,7 @@ test: $(STAMP) $(ACCEL) $(JS_STAMP)
 	$(BIN)/ruff check .
 	@# The layers (pyproject.toml [tool.importlinter]; docs: shared DESIGN-NOTES "Layers").
 	$(BIN)/lint-imports --no-cache --no-logo
-	$(BIN)/python -m pytest -q -p no:cacheprovider
+	$(BIN)/python -m pytest -q -p no:cacheprovider --durations=30
 	@# The unit tests of the compiled modules once more as plain Python: the fallback must hold.
 	EXACTMESH_PURE_PYTHON=1 $(BIN)/python -m pytest -q -p no:cacheprovider \
 	  tests/test_engine_units.py tests/test_engine_stateful.py tests/test_failover_engine.py \
