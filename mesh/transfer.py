@@ -219,6 +219,20 @@ class Transfer:
             self._parked.pop(dst, None)  # that incarnation is gone, and with it its state
         return items
 
+    def route_restored(self, dst: str, now: float) -> None:
+        """A route to `dst` exists again after none did: retransmit what it has not
+        acknowledged at the next `tick()`, rather than when the backed-off RTO says (up to
+        `max_rto` later), and forget the backoff, which measured the outage and not the path.
+        The RTO goes back to what the round-trip samples give (or the initial one)."""
+        ch = self._out.get(dst)
+        if ch is None:
+            return
+        ch.rto = self._clamp(ch.srtt + 4 * ch.rttvar) if ch.srtt is not None else self.initial_rto
+        ch.backoff_mark = now  # these retransmissions must not double it again
+        for seq, p in ch.unacked.items():
+            p.due = now  # re-armed: the timer already queued for it is stale from now on
+            heapq.heappush(self._timers, (now, next(self._tie), dst, ch, seq))
+
     # ------------------------------------------------------------------ receiving
 
     def on_data(self, frame: Frame, now: float) -> list[tuple[str, list]]:

@@ -593,3 +593,21 @@ def test_restart_mid_stream(
     for node in net.nodes.values():
         assert node.in_flight() == 0
         assert node.next_deadline() is None
+
+
+def test_a_restored_route_retransmits_at_once_and_forgets_the_backoff() -> None:
+    # A partition backs the RTO off to max_rto; when the route is back the unacknowledged items
+    # go again at once (test bed finding: the mesh waited up to 3 s after a heal).
+    a = Transfer("A", 1)
+    f1 = a.send({"B": 1}, ["msg", 1], 0.0)
+    f2 = a.send({"B": 1}, ["msg", 2], 0.0)
+    for now in (1.0, 3.0, 6.0):  # the outage: retransmissions into the void, backing off
+        assert a.tick(now) == [to(f1, "B"), to(f2, "B")]
+    assert a.next_deadline() == 9.0
+    a.route_restored("B", 7.0)
+    assert a.next_deadline() == 7.0
+    assert a.tick(7.0) == [to(f1, "B"), to(f2, "B")]
+    assert a.next_deadline() == 8.0  # the initial RTO again (no sample yet), not 3 s
+    a.route_restored("C", 7.0)  # no channel there: nothing to do
+    a.on_ack(ack("B", 1, "A", 1, 2), 7.1)
+    assert a.in_flight() == 0 and a.tick(20.0) == []
