@@ -36,6 +36,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import socket
+import struct
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -229,6 +230,17 @@ class _Options(LinkOption):
             link.source.expiry_policy = Terminus.EXPIRE_NEVER
             link.source.timeout = int(self.timeout or 0)
 
+
+def _abort_socket(transport: Any) -> None:
+    """Make closing this connection's socket a reset (SO_LINGER 0): the kernel then drops
+    what it had not delivered yet. A connection given up (the router went silent) may hold a
+    transfer that has not reached the router; sent once the path heals, it would be taken for
+    a new publication there while the client resends it elsewhere (test bed finding 2,
+    docs/testbed.md). proton keeps the socket as its selectable's delegate."""
+    sock = getattr(getattr(transport, "_selectable", None), "_delegate", None)
+    if isinstance(sock, socket.socket):
+        with contextlib.suppress(OSError):
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
 
 class _Timer(Handler):
     def __init__(self, fn: Callable[[], None]) -> None:
@@ -637,6 +649,7 @@ class _ClientLoop(Handler):
     def on_transport_error(self, event: Any) -> None:
         cond = event.transport.condition
         if cond is not None and self._current(event.connection):
+            _abort_socket(event.transport)
             self._last_error = f"{cond.name}: {cond.description}"
             if cond.name == REFUSED_LOG_IN:
                 self._log_in_refused(event.connection.exactmesh_url, cond.description)
@@ -681,6 +694,8 @@ class _ClientLoop(Handler):
         self._last_error = reason
         was_attached = self._attached
         url = getattr(conn, "exactmesh_url", "")
+        if self._online:
+            _abort_socket(getattr(conn, "transport", None))
         self._drop_connection()
         if self._stopping:
             return

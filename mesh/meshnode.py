@@ -85,6 +85,12 @@ class MeshNode:
         self.on_retained: Callable[[str, list], Any] | None = None
         self.retained_source: Callable[[str, set[str]], list[list]] | None = None
         self._reached: set[str] = set()
+        # Joining (`start_joining`): until when we wait to hear the mesh's subscriptions, and,
+        # once a peer's DIGEST told us what it knows, the origins whose tables we still lack.
+        self._joining = False
+        self._join_deadline: float | None = None  # None past it (or when not joining)
+        self._join_started = 0.0
+        self._join_wait: dict[str, tuple[int, int]] | None = None
 
     # ------------------------------------------------------------------ output
 
@@ -101,6 +107,76 @@ class MeshNode:
         for peer in self.neighbors:
             if peer != except_peer:
                 self._send(peer, frame)
+
+    # ------------------------------------------------------------------ joining
+
+    def start_joining(self, now: float, timeout: float) -> None:
+        """A router that starts with peers to reach knows none of the subscribers behind
+        them; a message accepted now would be owed to local subscribers only, and one
+        published while it restarted cut off from its peers would reach nobody there
+        (test bed finding, `python -m tests.hosts restart-isolated`). So guaranteed messages
+        wait in the engine until a peer's gossip has told us the mesh's subscriptions. Past
+        `timeout` (`join-timeout`) they fail, not in doubt, as do those published until then:
+        as a router that gave up on a peer fails what is owed there."""
+        self._joining = True
+        self._join_deadline = now + timeout
+        self._join_started = now
+        self.engine.handle(ev.MeshJoining(now))
+        log.info("router %s: waiting up to %g s to hear the mesh's subscriptions before "
+                 "routing guaranteed messages (join-timeout)", self.me, timeout)
+
+    @property
+    def joining(self) -> bool:
+        return self._joining
+
+    def _digest_while_joining(self, peer: str, frame: dict) -> None:
+        """A peer's DIGEST says which subscription tables it holds: we have joined once we
+        hold each of them at least as new (the PULL that `sync.on_digest` sent fetches them)."""
+        held = self.gossip.versions()
+        want: dict[str, tuple[int, int]] = {}
+        for origin, entry in frame["entries"].items():
+            inc, subs_ver = entry[0], entry[2]
+            if origin != self.me and subs_ver >= 0 and (held.get(origin) or (-1, -1)) < (
+                    inc, subs_ver):
+                want[origin] = (inc, subs_ver)
+        self._join_wait = want
+        self._check_joined(peer)
+
+    def _check_joined(self, peer: str) -> None:
+        want = self._join_wait
+        if want is None:
+            return
+        held = self.gossip.versions()
+        for origin in [o for o, v in want.items() if (held.get(o) or (-1, -1)) >= v]:
+            del want[origin]
+        if not want:
+            subs = sum(len(self.gossip.table(o)) for o in held if o != self.me)
+            log.info("router %s joined the mesh through %s after %.2f s: knows %d subscribers "
+                     "on other routers; routing %d messages that waited", self.me, peer,
+                     self._now - self._join_started, subs, self.engine.joining() or 0)
+            self._joined()
+
+    def _join_timed_out(self, now: float) -> None:
+        waited = now - self._join_started
+        self._join_deadline = None
+        peers = (f"linked to {', '.join(sorted(self.neighbors))}" if self.neighbors
+                 else "no peer linked")
+        description = (
+            f"not routed: router {self.me} has not heard the mesh's subscriptions since it "
+            f"started {waited:.0f} s ago ({peers}), so it cannot tell who is owed this "
+            f"message and sent it to nobody. Publish it again once the router has joined "
+            f"(its /health shows joining null), or set its join-timeout to 0 to serve the "
+            f"subscribers it knows alone")
+        log.warning("router %s heard no peer's subscriptions within %.1f s of starting: "
+                    "failing the %d guaranteed messages that waited and those published until "
+                    "it does (join-timeout)", self.me, waited, self.engine.joining() or 0)
+        self.engine.handle(ev.MeshJoinTimedOut(now, description))
+
+    def _joined(self) -> None:
+        self._joining = False
+        self._join_deadline = None
+        self._join_wait = None
+        self.engine.handle(ev.MeshJoined(self._now))
 
     # ------------------------------------------------------------------ links
 
@@ -123,6 +199,8 @@ class MeshNode:
         reachable = self.topology.reachable()
         for router in sorted(reachable - self._reached):
             self._send_retained_to(router, now)
+            # What it had not acknowledged goes again now, not when the backed-off RTO says.
+            self.transfer.route_restored(router, now)
         self._reached = set(reachable)
         for router in list(self._unreachable_since):
             if router in reachable:
@@ -160,9 +238,13 @@ class MeshNode:
             if pull is not None:
                 self._send(peer, pull)
             self._apply_gossip(changes)
+            if self._join_wait is not None:
+                self._check_joined(peer)
         elif t == "DIGEST":
             for reply in self.sync.on_digest(frame):
                 self._send(peer, reply)
+            if self._joining:
+                self._digest_while_joining(peer, frame)
         elif t == "PULL":
             for reply in self.sync.on_pull(frame):
                 self._send(peer, reply)
@@ -379,6 +461,8 @@ class MeshNode:
             digest = self.sync.digest()
             self._flood(digest)
         self._route_frames(self.transfer.tick(now), now)
+        if self._join_deadline is not None and now >= self._join_deadline:
+            self._join_timed_out(now)
         for router, since in sorted(self._unreachable_since.items()):
             if now >= since + self.unreachable_timeout:  # the same sum next_deadline gives
                 del self._unreachable_since[router]
@@ -414,6 +498,8 @@ class MeshNode:
 
     def next_deadline(self) -> float | None:
         deadlines = [self._next_digest]
+        if self._join_deadline is not None:
+            deadlines.append(self._join_deadline)
         t = self.transfer.next_deadline()
         if t is not None:
             deadlines.append(t)

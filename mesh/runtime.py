@@ -56,6 +56,14 @@ class MeshRuntime:
         self.peers = PeerManager(settings, self._on_up, self._on_frame, self._on_down)
         self._wake = trio.Event()
         node.attach_mesh(self.mesh, self.output)  # the runtime's port (router/ports.py)
+        join = config.join_timeout
+        if join is None:
+            join = config.unreachable_timeout
+        # A router that connects to peers knows it belongs to a mesh. One that only listens
+        # cannot tell its first start (nobody to hear yet) from a restart cut off, and would
+        # wait for nothing on the first; a relay (uplinks) is away as a matter of course.
+        if join > 0 and config.connect:
+            self.mesh.start_joining(node.now(), join)
 
     # ---------------------------------------------------------------- callbacks
 

@@ -1118,6 +1118,11 @@ class MqttConnection:
         elif kind is CloseLink:
             if action.condition == LINK_STOLEN and type(ls) is SubLink:
                 self._stolen(ls)
+            elif action.condition == LINK_STOLEN:
+                # The device has since published through another router (its session lives
+                # there): a late PUBLISH on this connection was not published again.
+                if not self.closing:
+                    self.taken_over()
             else:
                 self._protocol_error(RC.IMPLEMENTATION_SPECIFIC_ERROR,
                                      f"{action.condition}: {action.description}")

@@ -99,6 +99,10 @@ def _router_parser(sub: argparse._SubParsersAction) -> None:
                       help="a peer silent this long is dead (default 1)")
     mesh.add_argument("--unreachable-timeout", type=float, metavar="SECONDS",
                       help="subscribers on a router unreachable this long fail (default 30)")
+    mesh.add_argument("--join-timeout", type=float, metavar="SECONDS",
+                      help="after a start, wait this long to hear the mesh's subscriptions "
+                      "from a peer before routing guaranteed messages (default: the "
+                      "unreachable-timeout; 0: do not wait)")
     mesh.add_argument("--gossip-interval", type=float, metavar="SECONDS",
                       help="anti-entropy period (default 0.5)")
     mesh.add_argument("--peer-tls-cert", metavar="FILE",

@@ -76,6 +76,10 @@ class RouterConfig:
     link_costs: tuple[tuple[str, int], ...] = ()  # (peer router id, cost)
     heartbeat: float = 1.0
     unreachable_timeout: float = 30.0
+    # How long a router that starts with peers to connect to waits to hear the mesh's
+    # subscriptions before routing guaranteed messages (MeshNode.start_joining); None: the
+    # unreachable-timeout; 0: it does not wait.
+    join_timeout: float | None = None
     gossip_interval: float = 0.5
     # mutual TLS on peer links: all three files, or none
     peer_tls_cert: str = ""
@@ -266,6 +270,12 @@ def _positive_float(v: Any) -> float:
     return float(v)
 
 
+def _seconds(v: Any) -> float:
+    if isinstance(v, bool) or float(v) < 0:
+        raise ValueError
+    return float(v)
+
+
 def _bool(v: Any) -> bool:
     if isinstance(v, bool):
         return v
@@ -328,6 +338,7 @@ OPTIONS: dict[str, tuple[str, Any, str]] = {
     "heartbeat": ("heartbeat", _positive_float, "a positive number of seconds"),
     "unreachable-timeout": ("unreachable_timeout", _positive_float,
                             "a positive number of seconds"),
+    "join-timeout": ("join_timeout", _seconds, "a number of seconds, 0 not to wait"),
     "gossip-interval": ("gossip_interval", _positive_float, "a positive number of seconds"),
     "peer-tls-cert": ("peer_tls_cert", str, "a PEM certificate chain file"),
     "peer-tls-key": ("peer_tls_key", str, "a PEM private key file"),

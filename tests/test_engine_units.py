@@ -6,7 +6,7 @@ from typing import Any
 
 from amqp_edge.sdk_core import Failure
 from router.core import events as ev
-from router.core.actions import ACCEPTED, Decide, Forward, Send
+from router.core.actions import ACCEPTED, CloseLink, Decide, Forward, Send
 from router.core.engine import Disposition, EngineConfig
 from router.core.records import IN_DOUBT, SOME, LinkIdentity, outgoing_tag
 from tests.engine_driver import EngineDriver
@@ -172,3 +172,73 @@ def test_a_withheld_copy_counts_as_accepted_and_gives_its_credit_back() -> None:
     assert [a.tag for a in actions if isinstance(a, Decide) and a.outcome is ACCEPTED] == [b"1"]
     (second,) = [a for a in actions if isinstance(a, Send)]
     assert second.address == "news/x"
+
+
+def test_a_router_joining_the_mesh_holds_guaranteed_messages_then_routes_them_in_order() -> None:
+    """Between MeshJoining and MeshJoined, a guaranteed message waits (counted in its
+    publisher's window); then it goes to the subscribers known by then, the remote one the
+    join taught included. A pre-settled message does not wait (at most once anyway)."""
+    e = EngineDriver(EngineConfig(router_id="B", publisher_window=5))
+    e.handle(ev.MeshJoining(0.0))
+    e.attach_publisher(9, LinkIdentity("c", "pub"), "t", "all")
+    e.take_actions()
+    for i in range(4):
+        e.message(9, b"%d" % i, b"m%d" % i)
+    e.message(9, b"q", b"qos0", settled=True)
+    assert e.joining() == 4
+    assert not any(isinstance(a, Send | Forward | Decide) for a in e.take_actions())
+    assert e.publishers[9].live == 4  # in the window: no more credit for them
+    e.remote_subscriber_added("A", "app/far", "t")
+    e.handle(ev.MeshJoined(1.0))
+    fwd = [a for a in e.take_actions() if isinstance(a, Forward)]
+    assert [f.payload for f in fwd] == [b"m0", b"m1", b"m2", b"m3"]
+    assert e.joining() is None
+
+
+def test_past_the_join_timeout_messages_fail_for_certain_until_the_router_joins() -> None:
+    e = EngineDriver(EngineConfig(router_id="B"))
+    e.handle(ev.MeshJoining(0.0))
+    e.attach_subscriber(1, LinkIdentity("app", "near"), "t")
+    e.subscriber_credit(1, 10)
+    e.attach_publisher(9, LinkIdentity("c", "pub"), "t", "all")
+    e.message(9, b"1", b"waited")
+    e.take_actions()
+    e.handle(ev.MeshJoinTimedOut(30.0, "not routed: because"))
+    e.message(9, b"2", b"after")
+    acts = e.take_actions()
+    assert not any(isinstance(a, Send) for a in acts)  # nobody was sent either
+    decided = [a for a in acts if isinstance(a, Decide)]
+    assert [d.tag for d in decided] == [b"1", b"2"]
+    assert all(d.outcome.description == "not routed: because" for d in decided)
+    assert decided[0].outcome.condition == "exactmesh:delivery-failed"
+    assert not Failure(1, decided[0].outcome.condition, decided[0].outcome.description).in_doubt
+    e.handle(ev.MeshJoined(31.0))
+    e.message(9, b"3", b"routed")
+    assert [s.payload for s in sends(e)] == [b"routed"]
+
+
+def test_a_late_transfer_on_a_link_its_publisher_gave_up_is_not_published_again() -> None:
+    """The publisher gave up its silent connection here and resent through router B, which
+    forwarded the message here; then the transfer it had written to the old connection
+    arrives (the partition healed, or this router was paused with it in its socket buffer).
+    It is the same message (identity, tag, body): the old link is closed as stolen, and
+    nothing is published twice (test bed finding 2)."""
+    e = EngineDriver(EngineConfig(router_id="A"))
+    e.attach_subscriber(1, LinkIdentity("app", "sub"), "t")
+    e.subscriber_credit(1, 10)
+    e.attach_publisher(9, LinkIdentity("c", "pub"), "t", "all")
+    e.take_actions()
+    msg_id = outgoing_tag("c", "pub", b"7").decode()
+    e.remote_message("B", msg_id, "t", b"m7", owed=["app/sub"], mode="all", ttl_ms=None)
+    (first,) = sends(e)
+    e.message(9, b"7", b"m7")  # late, on the link it gave up
+    acts = e.take_actions()
+    assert not any(isinstance(a, Send | Forward) for a in acts), acts
+    (close,) = [a for a in acts if isinstance(a, CloseLink)]
+    assert close.link == 9 and close.condition == "amqp:link:stolen"
+    assert "through router B" in close.description
+    # Another body under the same tag is another message (a tag reused): published, salted.
+    e.attach_publisher(10, LinkIdentity("c", "pub"), "t", "all")
+    e.message(10, b"7", b"other")
+    (second,) = sends(e)
+    assert second.tag != first.tag

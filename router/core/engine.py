@@ -49,6 +49,9 @@ from .events import (
     CopyWithheld,
     Event,
     Held,
+    MeshJoined,
+    MeshJoining,
+    MeshJoinTimedOut,
     MessageArrived,
     MessageRefused,
     PeerLost,
@@ -67,7 +70,7 @@ from .events import (
     SubscriberDetached,
     TimePassed,
 )
-from .failover import AWAY, FailoverMixin
+from .failover import AWAY, LINK_STOLEN, FailoverMixin
 from .records import (
     ALL,
     IN_DOUBT,
@@ -178,6 +181,12 @@ class Engine(FailoverMixin):
         self._stored_waiting = 0
         self._release_blocked: deque[Record] = deque()
         self._no_local = False  # a subscriber asked for No Local: `_message` checks for it
+        # Between MeshJoining and MeshJoined: guaranteed messages that arrived, in order. Each
+        # counts as live for its publisher, so the publisher window bounds them.
+        self._joining = False
+        self._before_join: list[MessageArrived] = []
+        # After MeshJoinTimedOut: why guaranteed messages fail at once until MeshJoined.
+        self._join_failure = ""
         self._init_failover()
         self._init_groups()
 
@@ -231,6 +240,12 @@ class Engine(FailoverMixin):
         elif isinstance(event, MessageRefused):
             self._refuse_message(event.link, event.tag, event.condition, event.description,
                                  event.settled)
+        elif isinstance(event, MeshJoining):
+            self._joining = True
+        elif isinstance(event, MeshJoined):
+            self._joined()
+        elif isinstance(event, MeshJoinTimedOut):
+            self._join_timed_out(event.description)
         elif isinstance(event, RemoteSubscriberAdded):
             self._remote_subscriber_added(event.router, event.key, event.topic_filter,
                                           event.gen, event.timeout, event.qos, event.since)
@@ -698,6 +713,13 @@ class Engine(FailoverMixin):
             )
             return
         pub.credit_out -= 1
+        if self._joining and not settled:
+            if self._join_failure:
+                self._not_routed(pub, ev)
+            else:
+                self._before_join.append(ev)
+                pub.live += 1
+            return
         if not settled and tag in pub.records:
             self._actions.append(
                 CloseLink(
@@ -732,12 +754,15 @@ class Engine(FailoverMixin):
                 if self._resend_from_publisher(pub, tag, ttl_ms, settled):
                     return
                 resend = True
+        out_tag = self._tag_for(pub, tag)
+        if not resend and out_tag.decode() in self._by_id \
+                and self._moved_on(pub, self._by_id[out_tag.decode()], payload):
+            return
         self.stats.received += 1
         mode = ev.mode
         if mode not in MODES:
             mode = pub.mode
         seq = self._next_seq()
-        out_tag = self._tag_for(pub, tag)
         if not resend and out_tag.decode() in self._by_id:
             # The publisher reused a tag (legal once it settled) while the older message is
             # still owed to someone: both must stay distinct at subscribers and across the
@@ -776,6 +801,73 @@ class Engine(FailoverMixin):
         self._add_copies(rec, matched, self.remembered_accepted(rec.id) if resend else (), later)
         if settled and not matched:  # forwarded only, at most once: nothing to wait for
             self._maybe_forget(rec)
+
+    def _moved_on(self, pub: Publisher, live: Record, payload: bytes) -> bool:
+        """Whether this delivery is one its publisher has since published at another router:
+        here is that router's record of the same message (same identity, tag and body). The
+        transfer reached us late, on a connection the publisher gave up (its bytes waited in a
+        partition or in the socket buffer of this router, paused): publishing it again would
+        make a second message of it, under a salted tag no duplicate filter recognises (test
+        bed finding 2, docs/testbed.md). The publisher lives there now: this older link is
+        closed, as `_replace_publisher` closes one at the same router."""
+        if live.origin is None or live.publisher is not None or live.payload != payload:
+            return False
+        self.publishers.pop(pub.link, None)
+        self._actions.append(CloseLink(
+            pub.link, LINK_STOLEN, f"publisher {pub.label} has since sent this message "
+            f"through router {live.origin}; this older attach is closed and the transfer was "
+            "not published again"))
+        for rec in list(pub.records.values()):
+            self._orphan(rec)
+        pub.records.clear()
+        return True
+
+    def _joined(self) -> None:
+        """The mesh's subscriptions are known (or the router stopped waiting for them): the
+        messages that waited are routed as if they arrived now. One whose publisher left
+        meanwhile was never answered; the publisher sends it again when it comes back."""
+        self._joining = False
+        self._join_failure = ""
+        for pub, ev in self._take_waiting():
+            pub.credit_out += 1  # `_message` takes it again
+            self._message(ev)
+
+    def _join_timed_out(self, description: str) -> None:
+        """The router heard no peer within `join-timeout`: what waited fails, and so does
+        what comes until it joins. Nobody was sent any of it: the failure is not in doubt,
+        and publishing again is safe."""
+        self._join_failure = description
+        for pub, ev in self._take_waiting():
+            self._not_routed(pub, ev)
+
+    def _take_waiting(self) -> list[tuple[Publisher, MessageArrived]]:
+        """The messages that waited for the mesh, with their publishers, no longer counted
+        in their windows. One whose publisher left meanwhile was never answered; the
+        publisher sends it again when it comes back."""
+        waited, self._before_join = self._before_join, []
+        out = []
+        for ev in waited:
+            pub = self.publishers.get(ev.link)
+            if pub is not None:
+                pub.live -= 1
+                out.append((pub, ev))
+        return out
+
+    def _not_routed(self, pub: Publisher, ev: MessageArrived) -> None:
+        self._seq += 1
+        rec = Record(self._seq, pub, ev.tag, b"", b"", pub.mode, False, None)
+        rec.id = f"not-routed-{self._seq}"
+        if ev.address is not None:
+            rec.address = ev.address
+        self.stats.rejected += 1
+        self._hold_for_settlement(pub, rec, Rejected(
+            DELIVERY_FAILED, self._join_failure,
+            {"succeeded": [], "failed": [], "pending": [], "delivery_id": rec.id}))
+
+    def joining(self) -> int | None:
+        """While the router waits to hear the mesh's subscriptions: how many messages wait
+        for that; otherwise None."""
+        return len(self._before_join) if self._joining else None
 
     def _present(
         self, matched: tuple[int, ...], remote: tuple[tuple[str, str], ...]

@@ -298,6 +298,38 @@ class PeerLost(Event):
         self.restarted = restarted
 
 
+class MeshJoining(Event):
+    """The router has just started with peers to reach and knows none of the subscribers
+    behind them: a guaranteed message published here now would be owed to local subscribers
+    only. Until `MeshJoined`, such messages wait (holding their publishers' windows)."""
+
+    __slots__ = ()
+
+    def __init__(self, now: float) -> None:
+        self.now = now
+
+
+class MeshJoinTimedOut(Event):
+    """The router did not hear the mesh's subscriptions within `join-timeout`: the messages
+    that waited fail with `description`, as do those published until `MeshJoined`."""
+
+    __slots__ = ("description",)
+
+    def __init__(self, now: float, description: str) -> None:
+        self.now = now
+        self.description = description
+
+
+class MeshJoined(Event):
+    """The router has heard the mesh's subscriptions from a peer (or gave up waiting): the
+    messages that waited are routed now, to the subscribers known now."""
+
+    __slots__ = ()
+
+    def __init__(self, now: float) -> None:
+        self.now = now
+
+
 # ---------------------------------------------------------------------------- relay store
 
 

@@ -263,6 +263,9 @@ def health(node: Node) -> JsonBody:
     engine = node.engine
     return {"router": node.config.id, "publishers": len(engine.publishers),
             "subscribers": len(engine.subscribers), "records": len(engine.records),
+            # Just started, waiting to hear the mesh's subscriptions (`join-timeout`): how
+            # many guaranteed messages wait for that; null once joined.
+            "joining": engine.joining(),
             "stats": dataclasses.asdict(engine.stats),
             # Clients refused by the security policy, by kind (docs/security.md).
             "refusals": dict(node.policy.refusals)}
