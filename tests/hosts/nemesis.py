@@ -10,7 +10,14 @@ Kinds (each has a start, a duration and a heal, recorded in the history):
 - `oneway`: packets from one host to another are dropped; the other direction flows;
 - `isolate`: a router host and its client host are cut from every other host (the clients
   there still reach their router);
-- `restart-isolated`: `isolate`, and the router is killed and restarted inside the cut.
+- `restart-isolated`: `isolate`, and the router is killed and restarted inside the cut;
+- `lossy`: a link (two router hosts, or a router and its client host) drops
+  `netns.LOSS_PERCENT` of its packets each way, at random (nftables `numgen random`);
+- `flap`: a link goes down and up again, FLAP_PERIOD apart, for the fault's duration.
+
+Duplication and reordering of packets are not injected: TCP below every link removes them
+(the mesh's own frames are dropped, duplicated and reordered by the simulator instead,
+`router/sim`). Delay needs netem or an NFQUEUE program; not built.
 
 A scenario may register more kinds (`Nemesis.actions`): a function taking the fault's plan
 and returning the heal. After each heal the nemesis waits (on the history, with deadlines)
@@ -31,7 +38,7 @@ from tests.hosts.history import Fault, History
 from tests.hosts.netns import Testbed
 from tests.hosts.routers import RouterHost
 
-KINDS = ("kill", "pause", "partition", "oneway", "isolate")
+KINDS = ("kill", "pause", "partition", "oneway", "isolate", "lossy", "flap")
 MORE_KINDS = ("restart-isolated",)  # (and `pubkill`, which a scenario defines)
 # Seconds a fault lasts, drawn uniformly: around the test bed's unreachable-timeout (3 s), so
 # some partitions heal before routers give up on each other and some after.
@@ -41,7 +48,9 @@ DURATIONS: dict[str, tuple[float, float]] = {
     # long enough for its clients to come round to it again (a connection attempt to a host
     # that drops packets is given up after 5 s, amqp_edge/sdk_core.py ATTEMPT_TIMEOUT)
     "restart-isolated": (13.0, 15.0),
+    "lossy": (3.0, 6.0), "flap": (2.0, 5.0),
 }
+FLAP_PERIOD = (0.2, 0.8)  # seconds between a flapping link's changes, drawn per change
 
 Heal = Callable[[], None]
 
@@ -79,7 +88,7 @@ def schedule(seed: int, cycles: int, layout: Layout, kinds: Sequence[str] = KIND
             duration = round(rng.uniform(low, high), 2)
             if kind in ("kill", "pause"):
                 targets: tuple[str, ...] = (rng.choice(list(layout.routers)),)
-            elif kind == "partition":
+            elif kind in ("partition", "lossy", "flap"):
                 targets = tuple(rng.choice(pairs))
             elif kind == "oneway":
                 a, b = rng.choice(pairs)
@@ -109,6 +118,7 @@ class Nemesis:
             "kill": self._kill, "pause": self._pause, "partition": self._partition,
             "oneway": self._oneway, "isolate": self._isolate,
             "restart-isolated": self._restart_isolated,
+            "lossy": self._lossy, "flap": self._flap,
         }
 
     def run(self, plans: Sequence[Plan], log: Callable[[str], None] = print) -> None:
@@ -158,6 +168,10 @@ class Nemesis:
             return f"drop {names[0]} -> {names[1]}"
         if plan.kind == "isolate":
             return f"isolate {' + '.join(names)}"
+        if plan.kind == "lossy":
+            return f"lose packets {names[0]} <-> {names[1]}"
+        if plan.kind == "flap":
+            return f"flap {names[0]} <-> {names[1]}"
         if plan.kind == "restart-isolated":
             return f"isolate {' + '.join(names)}, SIGKILL and restart {names[0]} inside"
         return f"{plan.kind} {' '.join(names)}"
@@ -218,6 +232,43 @@ class Nemesis:
     def _oneway(self, plan: Plan) -> Heal:
         a, b = plan.targets
         return self._cut([(a, b)])
+
+    def _lossy(self, plan: Plan) -> Heal:
+        a, b = plan.targets
+        self.bed.impair(a, b)
+        self.bed.impair(b, a)
+
+        def heal() -> None:
+            self.bed.unimpair(a, b)
+            self.bed.unimpair(b, a)
+
+        return heal
+
+    def _flap(self, plan: Plan) -> Heal:
+        """Cut and join the link in turn (from a seeded generator) until healed; it ends
+        joined."""
+        a, b = plan.targets
+        rng = random.Random(repr(plan))  # str seeds are hashed with SHA-512: reproducible
+        done = threading.Event()
+
+        def flap() -> None:
+            cut = False
+            while not done.wait(rng.uniform(*FLAP_PERIOD)):
+                for src, dst in ((a, b), (b, a)):
+                    (self.bed.unblock if cut else self.bed.block)(src, dst)
+                cut = not cut
+            if cut:
+                for src, dst in ((a, b), (b, a)):
+                    self.bed.unblock(src, dst)
+
+        thread = threading.Thread(target=flap, name="flap", daemon=True)
+        thread.start()
+
+        def heal() -> None:
+            done.set()
+            thread.join(10)
+
+        return heal
 
     def _isolate(self, plan: Plan) -> Heal:
         inside = set(plan.targets)

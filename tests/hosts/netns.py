@@ -9,7 +9,9 @@
 - addresses 10.231.RUN.(1..N)/24, RUN taken from the pid (the switch is private to the run,
   so two runs never see each other's addresses anyway), loopback up in every host;
 - an nftables table `inet xmbed` in every host with a set `blocked` of source addresses its
-  input hook drops: `block(src, dst)` cuts one direction, `unblock` heals it.
+  input hook drops: `block(src, dst)` cuts one direction, `unblock` heals it; and a set
+  `lossy` whose packets it drops at random, LOSS_PERCENT of them (`numgen random`, in the
+  kernel: `impair(src, dst)` / `unimpair`), since this kernel has no netem.
 
 Processes run with `ip netns exec NS ARGV` (which execs ARGV: the PID is the program's) in a
 session and process group of their own, and are signalled by process group. `close()` kills
@@ -39,6 +41,9 @@ from typing import IO, Any
 
 NAME_RE = re.compile(r"^xm(\d+)n(\d+)-")
 SWITCH = "sw"
+# The share of packets a lossy link drops (`impair`): TCP retransmits them; enough loss to
+# miss heartbeats now and then, so links flap as on a bad line.
+LOSS_PERCENT = 20
 TABLE = "xmbed"
 _counter = itertools.count(1)
 _live: set[Testbed] = set()
@@ -264,8 +269,10 @@ class Testbed:
             _run(["ip", "netns", "exec", host.ns, "nft", "-f", "-"], input=(
                 f"table inet {TABLE} {{\n"
                 "  set blocked { type ipv4_addr; }\n"
+                "  set lossy { type ipv4_addr; }\n"
                 "  chain input { type filter hook input priority 0; policy accept;\n"
-                "    ip saddr @blocked drop; }\n"
+                "    ip saddr @blocked drop;\n"
+                f"    ip saddr @lossy numgen random mod 100 < {LOSS_PERCENT} drop; }}\n"
                 "}\n"))
 
     def _add_ns(self, ns: str) -> None:
@@ -334,9 +341,16 @@ class Testbed:
         m = re.search(r"elements = \{([^}]*)\}", out)
         return [a.strip() for a in m.group(1).split(",")] if m else []
 
-    def _nft(self, host: str, verb: str, address: str) -> None:
+    def impair(self, src: str, dst: str) -> None:
+        """Drop LOSS_PERCENT of the packets from `src` arriving at `dst`, at random."""
+        self._nft(dst, "add", self.hosts[src].address, "lossy")
+
+    def unimpair(self, src: str, dst: str) -> None:
+        self._nft(dst, "delete", self.hosts[src].address, "lossy")
+
+    def _nft(self, host: str, verb: str, address: str, nft_set: str = "blocked") -> None:
         _run(["ip", "netns", "exec", self.hosts[host].ns, "nft", verb, "element", "inet",
-              TABLE, "blocked", f"{{ {address} }}"])
+              TABLE, nft_set, f"{{ {address} }}"])
 
 
 def close_all() -> None:
