@@ -12,7 +12,7 @@ docs/mqtt.md):
   matched subscriber accepted, or the first failure); PUBREL settles the delivery
   (`publisher_settled`) and is answered with PUBCOMP.
 - Each subscription is one engine subscriber, identity (client id, "mqtt/" + filter). A QoS 0
-  subscription is a pre-settled subscriber; QoS 1 PUBACK and QoS 2 PUBREC mean accepted. The
+  subscription is a pre-settled subscriber; QoS 1 PUBACK and QoS 2 PUBCOMP mean accepted. The
   router sends PUBREL at once after PUBREC (it never takes a QoS 2 message back) and frees the
   packet id on PUBCOMP. The client's receive-maximum is the credit shared by its QoS 1/2
   subscriptions.
@@ -197,7 +197,9 @@ class SessionState:
         self.rec_tags: dict[int, bytes] = {}  # their engine tags (`publish_tag`), by pid
         # Outgoing QoS 1/2 PUBLISHes waiting for PUBACK / PUBREC: pid -> (filter, tag, qos).
         self.out: dict[int, tuple[str, bytes, int]] = {}
-        self.out_rel: set[int] = set()  # PUBREL sent, waiting for PUBCOMP
+        # PUBREL sent, waiting for PUBCOMP: pid -> (filter, tag) of the copy it completes,
+        # which is answered to the engine at PUBCOMP (`_pubcomp`).
+        self.out_rel: dict[int, tuple[str, bytes]] = {}
         self.pid_by_copy: dict[tuple[str, bytes], int] = {}  # a resent copy keeps its pid
         self.next_pid = 1
         # A will waiting for its Will Delay Interval (5.0) while the client is away.
@@ -954,7 +956,9 @@ class MqttConnection:
         assert session is not None
         key = (sl.filter, action.tag)
         pid = session.pid_by_copy.get(key) if action.attempt else None
-        if pid is None or pid in session.out_rel:
+        if pid is not None and pid in session.out_rel:
+            return  # past its PUBREC: the PUBREL went again on resume, PUBCOMP answers it
+        if pid is None:
             pid = session.alloc_pid()
         qos = self._publish_out(sl, action, pid, None)
         if qos:
@@ -1046,24 +1050,42 @@ class MqttConnection:
         self._pubrec(p.packet_id, p.reason_code, p.properties)
 
     def _pubrec(self, pid: int, code: int, props: Properties) -> None:
-        done = self._out_done(pid)
-        if done is None:
-            if pid in self.session.out_rel:  # type: ignore[union-attr]
+        session = self.session
+        assert session is not None
+        if code >= 0x80:  # refused: the exchange ends here (5.0 section 4.3.3)
+            done = self._out_done(pid)
+            if done is not None and done[0] is not None:
+                self._answer(done[0], done[1], code, props)
+            self._freed()
+            return
+        entry = session.out.pop(pid, None)
+        if entry is None:
+            if pid in session.out_rel:
                 self._send(PubRel(pid))
             return
-        if code < 0x80:
-            self.session.out_rel.add(pid)  # type: ignore[union-attr]
-            self.out += _PACK_ACK(_PUBREL, 2, pid)
-        if done[0] is not None:
-            self._answer(done[0], done[1], code, props)
+        # Accepted only at PUBCOMP: a client that hands the message to its application at
+        # PUBREL (paho: "method B", 5.0 section 4.3.3) has not shown it yet, and a PUBREL
+        # that dies with this router (a crash with its socket buffer unsent) leaves the
+        # message in the client's session, never shown, while the mesh would count it
+        # accepted and never send it again (test bed: 177 QoS 2 messages lost by a paho
+        # subscriber whose router was SIGKILLed). Unanswered, the copy is sent again.
+        session.out_rel[pid] = (entry[0], entry[1])
+        self.out += _PACK_ACK(_PUBREL, 2, pid)
         self._freed()
 
     def _on_pubcomp(self, p: PubComp) -> None:
         self._pubcomp(p.packet_id)
 
     def _pubcomp(self, pid: int) -> None:
-        assert self.session is not None
-        self.session.out_rel.discard(pid)
+        session = self.session
+        assert session is not None
+        entry = session.out_rel.pop(pid, None)
+        if entry is not None:
+            topic_filter, tag = entry
+            session.pid_by_copy.pop((topic_filter, tag), None)
+            sl = self.subs.get(topic_filter)
+            if sl is not None and tag:
+                self._answer(sl, tag, 0, EMPTY_PROPERTIES)
         self._freed()
 
     def _answer(self, sl: SubLink, tag: bytes, code: int, props: Properties) -> None:

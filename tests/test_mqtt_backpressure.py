@@ -19,7 +19,10 @@ from mqtt_edge.packets import (
     Disconnect,
     PingReq,
     PingResp,
+    PubComp,
     Publish,
+    PubRec,
+    PubRel,
     SubAck,
     Subscribe,
     Subscription,
@@ -30,6 +33,7 @@ WINDOW = 32  # --publisher-window: the engine's records per publisher, and the h
 PAYLOAD = 1000
 CAP = 60_000  # publishes: far more than the router may hold; 60 MB never goes through
 STALL_S = 1.0  # the publisher's socket taking nothing this long means the router stopped
+NOTHING_S = 0.5  # a window in which something must NOT happen (not a synchronisation)
 
 
 @pytest.fixture(scope="module")
@@ -126,3 +130,25 @@ def test_a_stalled_subscriber_stops_its_publisher_and_nothing_is_lost(port: int)
         c.s.setblocking(True)
         c.s.sendall(encode(Disconnect(), 4))
         c.s.close()
+
+
+def test_a_qos2_copy_counts_as_accepted_at_pubcomp_not_pubrec(port: int) -> None:
+    """MQTT 5.0 section 4.3.3 lets a receiver hand a QoS 2 message to its application at
+    PUBREL ("method B", as paho does), so until its PUBCOMP it may not have shown it: a
+    PUBREL that died with the router would leave it unshown. The publisher's outcome waits
+    for the PUBCOMP (test bed finding 5, docs/testbed.md)."""
+    sub = Raw(port, "rel-sub")
+    sub.s.sendall(encode(Subscribe(1, (Subscription("rel/#", 2),)), 4))
+    assert isinstance(sub.next(), SubAck)
+    pub = Raw(port, "rel-pub")
+    pub.s.sendall(encode(Publish("rel/x", b"shown at PUBREL", 2, packet_id=7), 4))
+    got = sub.next()
+    assert isinstance(got, Publish) and got.qos == 2
+    sub.s.sendall(encode(PubRec(got.packet_id), 4))
+    assert sub.next() == PubRel(got.packet_id)  # sent at once
+    pub.s.settimeout(NOTHING_S)  # no PUBREC for the publisher while the PUBCOMP is missing
+    with pytest.raises(TimeoutError):
+        pub.s.recv(1)
+    pub.s.settimeout(10)
+    sub.s.sendall(encode(PubComp(got.packet_id), 4))
+    assert pub.next() == PubRec(7)
