@@ -30,6 +30,8 @@ def parse(argv: list[str] | None = None) -> Options:
                         help="a directory of router TOML files (and `acl`) to start from")
     parser.add_argument("--topology", choices=["line", "ring", "star", "full"],
                         help="peer links (default: the templates' `connect` lines)")
+    parser.add_argument("--mqtt", action="store_true",
+                        help="MQTT clients too (paho, QoS 2 over TLS) on every client host")
     parser.add_argument("--unreachable-timeout", type=float, default=3.0)
     parser.add_argument("--out", type=Path, default=Options.out,
                         help="where the run's JSON file goes")
@@ -43,6 +45,7 @@ def parse(argv: list[str] | None = None) -> Options:
     return Options(scenario=args.scenario, seed=args.seed, cycles=args.cycles,
                    routers=args.hosts, rate=args.rate, kinds=kinds, templates=args.templates,
                    topology=args.topology, unreachable_timeout=args.unreachable_timeout,
+                   mqtt=args.mqtt,
                    out=args.out)
 
 

@@ -18,6 +18,14 @@ A message body is `PUB.INC.SEQ`: INC (the publisher's incarnation, from `--inc`)
 two runs of a publisher that start their sequence numbers again (an in-memory store).
 The agent stops when its stdin says `stop` (or closes): a publisher stops sending, flushes
 for `--flush-timeout` seconds and reports its stats; a subscriber reports its stats.
+
+`mqtt-pub` and `mqtt-sub` are the same with paho-mqtt (MQTT 5 over TLS, QoS 2, a session that
+outlives the connection: clean start off, session expiry 600 s) on one router, `--mqtt
+HOST:PORT`. A publisher's outcome is its PUBREC's reason code: `ok` below 0x80, else `fail`
+with the reason string (which names at most one subscriber, so no names are recorded); a
+subscriber is shown a QoS 2 message at PUBREL (paho) and asks for the mesh's delivery ids
+(`exactmesh-delivery-id`), by which it shows a message once and counts the copies it drops
+(`duplicates_suppressed`), as the SDK does.
 """
 
 from __future__ import annotations
@@ -42,6 +50,7 @@ from amqp_edge.client import (
 )
 
 _out_lock = threading.Lock()
+DELIVERY_ID = "exactmesh-delivery-id"  # the MQTT user property (docs/mqtt.md)
 
 
 def emit(event: str, **fields: Any) -> None:
@@ -178,14 +187,188 @@ def run_subscriber(args: argparse.Namespace) -> int:
     return 0
 
 
+def _paho(args: argparse.Namespace, who: str, on_connect: Any = None,
+          on_pubrec: Any = None, delivery_ids: bool = False) -> Any:
+    """A paho client for this agent, connecting in the background and reconnecting on its
+    own (every 0.1-1 s), with its session kept by the router across connections.
+    `on_pubrec(mid, reason, properties)` sees every PUBREC: paho 2.2 ignores a PUBREC's
+    reason code (it sends PUBREL all the same and reports the PUBCOMP's success)."""
+    import ssl
+
+    import paho.mqtt.client as mqtt
+    from paho.mqtt import _packet
+    from paho.mqtt.enums import CallbackAPIVersion
+    from paho.mqtt.packettypes import PacketTypes
+    from paho.mqtt.properties import Properties
+
+    class Client(mqtt.Client):
+        def _handle_pubrec(self) -> Any:
+            if on_pubrec is not None:
+                got = _packet.decode_pubrec(self._in_packet["command"],
+                                            self._in_packet["packet"], self._protocol)
+                on_pubrec(got.mid, got.reason, got.properties)
+            return super()._handle_pubrec()
+
+    c = Client(CallbackAPIVersion.VERSION2, client_id=who, protocol=mqtt.MQTTv5)
+    c.tls_set(ca_certs=args.ca, cert_reqs=ssl.CERT_REQUIRED)
+    c.tls_insecure_set(True)  # the chain is checked; the certificate names no IP address
+    c.username_pw_set(args.user, os.environ.get("XM_PASSWORD"))
+    c.reconnect_delay_set(0.1, 1.0)
+    c.max_inflight_messages_set(args.window)
+
+    def connected(client: Any, userdata: Any, flags: Any, rc: Any, props: Any) -> None:
+        emit("adv", who=who, kind="connected" if not rc.is_failure else "refused",
+             url=args.mqtt, detail=str(rc))
+        if on_connect is not None and not rc.is_failure:
+            on_connect(client)
+
+    def disconnected(client: Any, userdata: Any, flags: Any, rc: Any, props: Any) -> None:
+        emit("adv", who=who, kind="disconnected", url=args.mqtt, detail=str(rc))
+
+    c.on_connect, c.on_disconnect = connected, disconnected
+    props = Properties(PacketTypes.CONNECT)
+    props.SessionExpiryInterval = 600
+    if delivery_ids:  # docs/mqtt.md: the same id for a message on every router of the mesh
+        props.UserProperty = [(DELIVERY_ID, "on")]
+    host, _, port = args.mqtt.rpartition(":")
+    c.connect_async(host, int(port), keepalive=5, clean_start=False, properties=props)
+    c.loop_start()
+    return c
+
+
+def run_mqtt_publisher(args: argparse.Namespace) -> int:
+    stop = threading.Event()
+    _stop_on_stdin(stop)
+    name, inc = args.id, args.inc
+    lock = threading.Condition()
+    by_mid: dict[int, int] = {}
+    refused: dict[int, tuple[Any, Any]] = {}  # mid -> the failed PUBREC's (reason, properties)
+    counts = {"sent": 0, "accepted": 0, "failed": 0}
+
+    def on_pubrec(mid: int, rc: Any, props: Any) -> None:
+        if rc.is_failure:
+            with lock:
+                refused[mid] = (rc, props)
+
+    early: dict[int, tuple[Any, Any]] = {}  # outcomes that came before publish() returned
+
+    def on_publish(client: Any, userdata: Any, mid: int, rc: Any, props: Any) -> None:
+        with lock:
+            seq = by_mid.pop(mid, None)
+            rc, props = refused.pop(mid, (rc, props))
+            if seq is None:
+                early[mid] = (rc, props)
+                return
+            lock.notify_all()
+        outcome(seq, rc, props)
+
+    def outcome(seq: int, rc: Any, props: Any) -> None:
+        if not rc.is_failure:
+            counts["accepted"] += 1
+            emit("ok", pub=name, inc=inc, seq=seq)
+        else:
+            counts["failed"] += 1
+            reason = getattr(props, "ReasonString", None) if props is not None else None
+            emit("fail", pub=name, inc=inc, seq=seq, cond=str(rc), desc=reason or str(rc))
+
+    connections = [0, 0]  # connections made, and the one the last publish went on
+
+    def connected(client: Any) -> None:
+        connections[0] += 1
+
+    c = _paho(args, name, on_connect=connected, on_pubrec=on_pubrec)
+    c.on_publish = on_publish
+    emit("ready", who=name)
+    period, next_at, seq = 1.0 / args.rate, time.monotonic(), 0
+    while not stop.is_set():
+        # The load's pace (not a synchronisation): one message every `period` seconds.
+        if stop.wait(max(0.0, next_at - time.monotonic())):
+            break
+        next_at += period
+        with lock:
+            busy = len(by_mid) >= args.window
+            if connections[0] != connections[1]:
+                # A new connection: paho resends what was in flight on the old one; a new
+                # message could overtake those resends (it races paho's CONNACK handling),
+                # so none goes until they are done.
+                busy = busy or bool(by_mid)
+                if not busy:
+                    connections[1] = connections[0]
+        # The window is full, or paho is not connected (it would queue the message and send
+        # its queue after the in-flight ones on reconnect, out of order): no burst once it
+        # opens.
+        if busy or not c.is_connected():
+            next_at = time.monotonic()
+            continue
+        seq += 1
+        invoked = time.monotonic()
+        # Not under `lock`: paho calls on_publish holding its own lock (a lock-order deadlock).
+        info = c.publish(args.topic, body_of(name, inc, seq), qos=2)
+        counts["sent"] += 1
+        emit("invoke", pub=name, inc=inc, seq=seq, at=invoked)
+        with lock:
+            came = early.pop(info.mid, None)
+            if came is None:
+                by_mid[info.mid] = seq
+        if came is not None:
+            outcome(seq, *came)
+    with lock:
+        lock.wait_for(lambda: not by_mid, args.flush_timeout)
+        left = len(by_mid)
+    if left:
+        emit("error", who=name, error=f"{left} messages without an outcome after the flush")
+    emit("stats", who=name, **counts)
+    c.disconnect()
+    c.loop_stop()
+    return 0
+
+
+def run_mqtt_subscriber(args: argparse.Namespace) -> int:
+    stop = threading.Event()
+    _stop_on_stdin(stop)
+    name = args.id
+    counts = {"received": 0, "duplicates_suppressed": 0}
+    seen: set[str] = set()  # delivery ids shown to the application
+
+    def on_message(client: Any, userdata: Any, msg: Any) -> None:
+        counts["received"] += 1
+        props = dict(getattr(msg.properties, "UserProperty", None) or [])
+        delivery_id = props.get(DELIVERY_ID, "")
+        if delivery_id and delivery_id in seen:
+            # A copy the mesh sent again (its first went before a router crash): what the
+            # delivery id is for (exactly once for an MQTT device that asks).
+            counts["duplicates_suppressed"] += 1
+            return
+        if delivery_id:
+            seen.add(delivery_id)
+        key = parse_body(msg.payload)
+        if key is None:
+            emit("recv", sub=name, pub=None, inc=0, seq=0, red=bool(msg.dup), dc=0,
+                 body=str(msg.payload)[:80])
+        else:
+            emit("recv", sub=name, pub=key[0], inc=key[1], seq=key[2], red=bool(msg.dup),
+                 dc=0, tag=delivery_id)
+
+    c = _paho(args, name, on_connect=lambda client: client.subscribe(args.filter, qos=2),
+              delivery_ids=True)
+    c.on_message = on_message
+    emit("ready", who=name)
+    stop.wait()
+    emit("stats", who=name, **counts)
+    c.disconnect()
+    c.loop_stop()
+    return 0
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m tests.hosts.clients")
-    parser.add_argument("role", choices=["pub", "sub"])
+    parser.add_argument("role", choices=["pub", "sub", "mqtt-pub", "mqtt-sub"])
     parser.add_argument("--id", required=True)
-    parser.add_argument("--urls", required=True, help="comma-separated amqp(s)://HOST:PORT")
+    parser.add_argument("--urls", default="", help="comma-separated amqp(s)://HOST:PORT")
+    parser.add_argument("--mqtt", default="", help="mqtt-pub, mqtt-sub: HOST:PORT (TLS)")
     parser.add_argument("--topic", default="")
     parser.add_argument("--filter", default="#")
-    parser.add_argument("--state-dir", required=True)
+    parser.add_argument("--state-dir", default="")
     parser.add_argument("--memory", action="store_true",
                         help="publisher: an in-memory outbox (nothing survives a restart)")
     parser.add_argument("--inc", type=int, default=1, help="publisher incarnation")
@@ -205,7 +388,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    return run_publisher(args) if args.role == "pub" else run_subscriber(args)
+    run = {"pub": run_publisher, "sub": run_subscriber, "mqtt-pub": run_mqtt_publisher,
+           "mqtt-sub": run_mqtt_subscriber}[args.role]
+    return run(args)
 
 
 if __name__ == "__main__":

@@ -61,6 +61,9 @@ class Options:
     recovery_timeout: float = 30.0
     drain_timeout: float = 30.0
     quiet: bool = False
+    # MQTT clients too: on every client host a paho subscriber (m1, ...) and publisher (q1,
+    # ...) over MQTT 5 with TLS and a log-in, QoS 2, on the host's own router.
+    mqtt: bool = False
     # Filled by the scenario.
     memory_publishers: set[str] = field(default_factory=set)
     extra_kinds: tuple[str, ...] = ()
@@ -76,6 +79,8 @@ class Options:
             words.append(f"--rate {self.rate:g}")
         if self.topology is not None:
             words.append(f"--topology {self.topology}")
+        if self.mqtt:
+            words.append("--mqtt")
         if self.templates != default.templates:
             words.append(f"--templates {self.templates}")
         if self.unreachable_timeout != default.unreachable_timeout:
@@ -215,10 +220,29 @@ class World:
                      "--rate", str(self.options.rate), "--inc", str(inc),
                      "--state-dir", str(self.dir / "state" / name), *memory], "ingest")
 
+    def start_mqtt_subscriber(self, i: int) -> None:
+        self._agent(self.client_hosts[i], f"m{i + 1}",
+                    ["mqtt-sub", "--mqtt", self.mqtt_address(i), "--filter", FILTER],
+                    "operator")
+
+    def start_mqtt_publisher(self, i: int) -> None:
+        name = f"q{i + 1}"
+        inc = self.incarnation[name] = self.incarnation.get(name, 0) + 1
+        self._agent(self.client_hosts[i], name,
+                    ["mqtt-pub", "--mqtt", self.mqtt_address(i), "--inc", str(inc),
+                     "--topic", f"devices/bed/commands/{name}", "--rate", str(self.options.rate)],
+                    "ingest")
+
+    def mqtt_address(self, i: int) -> str:
+        router = self.routers[self.router_hosts[i]]
+        return f"{router.address}:{_port(router.config, 'mqtts')}"
+
     def wait_subscribers_known(self, timeout: float = 30.0) -> None:
-        for i in range(self.n):
+        keys = [(i, f"s{i + 1}/sub/s{i + 1}") for i in range(self.n)]
+        if self.options.mqtt:
+            keys += [(i, f"m{i + 1}/mqtt/{FILTER}") for i in range(self.n)]
+        for i, key in keys:
             home = self.routers[self.router_hosts[i]]
-            key = f"s{i + 1}/sub/s{i + 1}"
             for host, router in self.routers.items():
                 if host != self.router_hosts[i]:
                     router.wait_logged(f"router {router.id}: knows subscriber {key}@{home.id}",
@@ -293,7 +317,8 @@ def run(options: Options, hook: Hook | None = None) -> Report:
     log: Callable[[str], None] = (lambda s: None) if options.quiet else (
         lambda s: print(f"[{time.strftime('%H:%M:%S')}] {s}", flush=True))
     n = options.routers
-    history = History([f"s{i + 1}" for i in range(n)])
+    history = History([f"s{i + 1}" for i in range(n)] +
+                      ([f"m{i + 1}" for i in range(n)] if options.mqtt else []))
     hosts = [f"r{i + 1}" for i in range(n)] + [f"c{i + 1}" for i in range(n)]
     run_name = ""
     with Testbed(hosts) as bed:
@@ -325,10 +350,15 @@ def _play(world: World, options: Options, history: History, log: Callable[[str],
     hook("routers", world)
     for i in range(n):
         world.start_subscriber(i)
+        if options.mqtt:
+            world.start_mqtt_subscriber(i)
     world.wait_subscribers_known()
     for i in range(n):
         world.start_publisher(i)
-    pubs = [f"p{i + 1}" for i in range(n)]
+        if options.mqtt:
+            world.start_mqtt_publisher(i)
+    pubs = [f"p{i + 1}" for i in range(n)] + ([f"q{i + 1}" for i in range(n)]
+                                               if options.mqtt else [])
     if not history.wait(lambda h: h.every_sub_got_from(pubs), 30, "the first messages"):
         raise TimeoutError("the first messages did not reach every subscriber within 30 s")
     log("clients up; every subscriber receives")
@@ -344,5 +374,5 @@ def _play(world: World, options: Options, history: History, log: Callable[[str],
     hook("faults", world)
     world.stop_agents(pubs, 90)
     history.wait(lambda h: h.owed_all_processed(), options.drain_timeout, "the drain")
-    world.stop_agents([f"s{i + 1}" for i in range(n)], 30)
+    world.stop_agents(history.subscribers, 30)
     log("clients stopped")
