@@ -35,6 +35,11 @@ FORMER_VERDICT = "former-verdict"
 # keys]. Not an acceptance; a router that does not know the kind ignores it (`_consume`), and
 # its parts then wait for the verdict as before.
 STORED = "stored"
+# To a router that restarted: the warm subscribers of its previous run we hold as away
+# (`Engine.away_from`), so that it owes them too: ["away", entries]. Sent before the DIGEST
+# of the link that meets the new run, so it arrives before that router can join the mesh
+# (`start_joining`). A router that does not know the kind ignores it.
+AWAY = "away"
 MAX_BATCH = 256  # items in one transfer item: bounds a frame to about this many messages
 
 
@@ -286,6 +291,9 @@ class MeshNode:
         self.transfer.reset_destination(router, inc)
         self.engine.handle(ev.PeerLost(self._now, router,
                                        f"was on router {router}, which restarted", True))
+        away = self.engine.away_from(router)
+        if away:
+            self._transmit([router], [AWAY, [list(entry) for entry in away]], self._now)
         if router in self._reached:  # back before we noticed it was gone: it knows nothing
             self._send_retained_to(router, self._now)
 
@@ -341,6 +349,8 @@ class MeshNode:
             accepted = item[2] if len(item) > 2 else None
             description, info = (item[3], item[4]) if len(item) > 4 else ("", None)
             engine.handle(ev.RemoteForget(now, src, item[1], accepted, description, info))
+        elif kind == AWAY:
+            engine.handle(ev.AwayLearned(now, [tuple(e) for e in item[1]]))  # type: ignore[misc]
         elif kind == RETAIN and self.on_retained is not None:
             self.on_retained(src, item)
 

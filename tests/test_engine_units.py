@@ -242,3 +242,22 @@ def test_a_late_transfer_on_a_link_its_publisher_gave_up_is_not_published_again(
     e.message(10, b"7", b"other")
     (second,) = sends(e)
     assert second.tag != first.tag
+
+
+def test_a_restarted_router_owes_the_warm_subscribers_of_its_previous_run() -> None:
+    """A peer that holds our previous run's warm subscriber as away tells us (AwayLearned):
+    what is published here meanwhile is owed to it and waits, and it gets it when it comes
+    back here (test bed finding 6). The peer's side: `away_from` lists it."""
+    peer = EngineDriver(EngineConfig(router_id="B"))
+    peer.remote_subscriber_added("A", "m1/mqtt/t", "t", gen=1, timeout=600.0)
+    peer.peer_lost("A", "was on router A, which restarted", restarted=True)
+    (entry,) = peer.away_from("A")
+    assert entry[0] == "m1/mqtt/t" and entry[1] == "t" and entry[2] == 600.0
+    e = EngineDriver(EngineConfig(router_id="A"))  # A's new run
+    e.handle(ev.AwayLearned(0.0, [entry]))
+    e.attach_publisher(9, LinkIdentity("q1", "mqtt"), "t", "all")
+    e.message(9, b"1", b"while it was away")
+    assert not any(isinstance(a, Decide) for a in e.take_actions())  # owed: waits for it
+    e.attach_subscriber(1, LinkIdentity("m1", "mqtt/t"), "t", warm_timeout=600.0)
+    e.subscriber_credit(1, 10)
+    assert [s.payload for s in sends(e)] == [b"while it was away"]

@@ -45,6 +45,7 @@ from .actions import (
 )
 from .events import (
     NO_LOCAL,
+    AwayLearned,
     CopyOutcome,
     CopyWithheld,
     Event,
@@ -246,6 +247,8 @@ class Engine(FailoverMixin):
             self._joined()
         elif isinstance(event, MeshJoinTimedOut):
             self._join_timed_out(event.description)
+        elif isinstance(event, AwayLearned):
+            self._away_learned(event.entries)
         elif isinstance(event, RemoteSubscriberAdded):
             self._remote_subscriber_added(event.router, event.key, event.topic_filter,
                                           event.gen, event.timeout, event.qos, event.since)

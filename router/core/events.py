@@ -330,6 +330,20 @@ class MeshJoined(Event):
         self.now = now
 
 
+class AwayLearned(Event):
+    """A peer holds subscribers of this router's previous run as away (warm, waiting to
+    reattach): (key, filter, warm timeout, seconds left, gen, qos, since) each. This router,
+    restarted, knew nothing of them; it owes them what is published here meanwhile, as
+    every other router does."""
+
+    __slots__ = ("entries",)
+
+    def __init__(self, now: float, entries: list[tuple[str, str, float, float, int, int, int]]
+                 ) -> None:
+        self.now = now
+        self.entries = entries
+
+
 # ---------------------------------------------------------------------------- relay store
 
 

@@ -480,6 +480,30 @@ class FailoverMixin(GroupsMixin):
         if timeout:  # warm: what is published meanwhile waits for it too
             self._remote_add((AWAY, key), topic_filter)
 
+    def away_from(self: Engine, router: str) -> list[tuple[str, str, float, float, int, int, int]]:
+        """The warm subscribers away from `router` (lost when it restarted), for its new run:
+        (key, filter, timeout, seconds left, gen, qos, since) each (`AwayLearned`)."""
+        return [(key, a.filter, a.timeout, max(0.0, a.deadline - self._now), a.gen, a.qos,
+                 a.since)
+                for key, a in sorted(self._away.items()) if a.router == router and a.timeout]
+
+    def _away_learned(self: Engine,
+                      entries: list[tuple[str, str, float, float, int, int, int]]) -> None:
+        """A peer says these subscribers of our previous run are away: owe them what is
+        published here until they reattach (anywhere) or their time is up, as the peer does.
+        One already back, here or elsewhere, or known away already, is left as it is."""
+        me = self.config.router_id
+        for key, topic_filter, timeout, left, gen, qos, since in entries:
+            if key in self._away or key in self._where or key in self._by_key \
+                    or key in self._warm:
+                continue
+            away = Away(topic_filter, timeout, left, self._now + left, me, gen, qos, since)
+            self._away[key] = away
+            heapq.heappush(self._away_expiry, (away.deadline, key))
+            self._note_deadline(away.deadline)
+            if timeout:
+                self._remote_add((AWAY, key), topic_filter)
+
     def _end_away(self: Engine, key: str, away: Away) -> None:
         del self._away[key]
         if away.timeout:
