@@ -758,15 +758,15 @@ class Engine(FailoverMixin):
                     return
                 resend = True
         out_tag = self._tag_for(pub, tag)
-        if not resend and out_tag.decode() in self._by_id \
-                and self._moved_on(pub, self._by_id[out_tag.decode()], payload):
+        clash = None if resend else self._by_id.get(out_tag.decode())
+        if clash is not None and self._moved_on(pub, clash, payload):
             return
         self.stats.received += 1
         mode = ev.mode
         if mode not in MODES:
             mode = pub.mode
         seq = self._next_seq()
-        if not resend and out_tag.decode() in self._by_id:
+        if clash is not None:
             # The publisher reused a tag (legal once it settled) while the older message is
             # still owed to someone: both must stay distinct at subscribers and across the
             # mesh, so this one's tag is salted with its sequence number.
@@ -826,9 +826,8 @@ class Engine(FailoverMixin):
         return True
 
     def _joined(self) -> None:
-        """The mesh's subscriptions are known (or the router stopped waiting for them): the
-        messages that waited are routed as if they arrived now. One whose publisher left
-        meanwhile was never answered; the publisher sends it again when it comes back."""
+        """The mesh's subscriptions are known: the messages that waited are routed as if
+        they arrived now."""
         self._joining = False
         self._join_failure = ""
         for pub, ev in self._take_waiting():
