@@ -37,14 +37,27 @@ def paused(mesh: Mesh, router_id: str) -> Iterator[None]:
         os.kill(pid, signal.SIGCONT)
 
 
+def subscriber_at_a(mesh: Mesh) -> tuple[Subscriber, ClientThread]:
+    """A subscriber at A that B knows of."""
+    sub = Subscriber(mesh["A"].url, "join/#", "sub", container_id="app-a")
+    subc = start_clients(sub)
+    mesh.wait_knows("B", sub, "A")
+    return sub, subc
+
+
+@contextmanager
+def restarted_cut_off(mesh: Mesh) -> Iterator[None]:
+    """B restarts while A is paused: until A resumes, B cannot hear A's subscriptions."""
+    with paused(mesh, "A"):
+        mesh["B"].kill()
+        mesh["B"].restart()
+        yield
+
+
 def test_a_router_restarted_cut_off_holds_messages_until_it_has_heard_the_mesh() -> None:
     with start_mesh("line", 2) as mesh:
-        sub = Subscriber(mesh["A"].url, "join/#", "sub", container_id="app-a")
-        subc = start_clients(sub)
-        mesh.wait_knows("B", sub, "A")
-        with paused(mesh, "A"):
-            mesh["B"].kill()
-            mesh["B"].restart()
+        sub, subc = subscriber_at_a(mesh)
+        with restarted_cut_off(mesh):
             mesh["B"].wait_logged("waiting up to 30 s to hear the mesh's subscriptions")
             pub = Publisher(mesh["B"].url, "join/x", numbered(50), window=20)
             pubc = ClientThread(pub)
@@ -62,12 +75,8 @@ def test_past_the_join_timeout_messages_fail_not_in_doubt_until_the_router_joins
     """Past `--join-timeout`, what waited fails, as does what is published until the router
     joins: nobody was sent it (not in doubt), and the reason says what to do."""
     with start_mesh("line", 2, extra={"B": ["--join-timeout", "1"]}) as mesh:
-        sub = Subscriber(mesh["A"].url, "join/#", "sub", container_id="app-a")
-        subc = start_clients(sub)
-        mesh.wait_knows("B", sub, "A")
-        with paused(mesh, "A"):
-            mesh["B"].kill()
-            mesh["B"].restart()
+        sub, subc = subscriber_at_a(mesh)
+        with restarted_cut_off(mesh):
             early = Publisher(mesh["B"].url, "join/x", numbered(5, "early"), window=5)
             earlyc = ClientThread(early)
             wait_outcomes(early, 15)
