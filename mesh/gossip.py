@@ -17,7 +17,8 @@ Decisions the protocol page leaves open:
   must not exist and is counted in `foreign_self_claims`.
 - Events for one frame come in this order: `RouterRestarted` (if the incarnation changed),
   then every `removed`, then every `added`. A re-attach of a key with different fields is a
-  `removed` of the old `RemoteSub` and an `added` of the new one; identical re-adds are silent.
+  `removed` of the old `RemoteSub` and an `added` of the new one; identical re-adds are silent,
+  except across a restart, where every old entry is `removed` and every new one `added`.
 - A malformed frame raises `ValueError` (the caller treats it as a protocol error).
 """
 
@@ -181,9 +182,19 @@ class Gossip:
         old = self._tables.get(origin, {})
         events: list[Event] = []
         if held is not None and held[0] < inc:
+            # A restart: every entry of the new run is a new attach, even one that reads the
+            # same as before (a device back with the same generation, which the new run could
+            # not know was taken). The engine has put the old run's subscribers away on the
+            # restart; without the "added", one that came back identical stayed away until its
+            # timeout and was then forgotten, so messages went out owed to nobody there.
             events.append(RouterRestarted(origin, inc))
-        events += [SubChange("removed", sub) for key, sub in old.items() if new.get(key) != sub]
-        events += [SubChange("added", sub) for key, sub in new.items() if old.get(key) != sub]
+            events += [SubChange("removed", sub) for sub in old.values()]
+            events += [SubChange("added", sub) for sub in new.values()]
+        else:
+            events += [SubChange("removed", sub) for key, sub in old.items()
+                       if new.get(key) != sub]
+            events += [SubChange("added", sub) for key, sub in new.items()
+                       if old.get(key) != sub]
         self._tables[origin] = new
         self._vers[origin] = (inc, ver)
         self._pulling.discard(origin)

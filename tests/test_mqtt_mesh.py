@@ -14,6 +14,7 @@ from proton import Message
 
 from tests.harness import ClientThread, Publisher, Subscriber, free_port, wait_for
 from tests.mesh_harness import start_mesh
+from tests.test_mesh_join import paused
 from tests.test_mqtt_edge import V5, V311, Mq
 
 IDS = ("A", "B", "C")
@@ -220,6 +221,39 @@ def test_subscribing_device_whose_router_crashes_loses_nothing(mesh: Any) -> Non
     assert 0 <= again <= 64, f"{again} messages delivered twice"
     first = [m for i, m in enumerate(got) if m not in got[:i]]
     assert first == owed, "first arrivals out of order"
+    for c in (dev, pub):
+        c.stop()
+
+
+def test_device_back_first_at_its_restarted_router_gets_what_follows(
+        mesh: Any) -> None:
+    """Found on the test bed (docs/testbed.md, finding 7): C is killed and restarted while it
+    cannot reach its peers, and its device reconnects to it first. The new run, knowing
+    nothing of the old, gives the device the attach generation it had before, so C's new
+    subscription table read the same as the old one. A had put the device away on C's
+    restart and, hearing nothing new, waited for it for its 600 s expiry, then forgot it:
+    everything published at A after that was accepted with the device owed nothing. Now a
+    restarted router's whole table counts as new attaches."""
+    p = mesh.mqtt
+    dev = Mq(p["C"], "back-sub", V5, clean=False, expiry=600)
+    dev.subscribe("back/#", 1)
+    knows(mesh, "A", "back-sub", "back/#", "C")
+    pub = Mq(p["A"], "back-pub", V5)
+    pub.publish("back/x", b"before", 1)
+    wait_for(lambda: dev.payloads() == [b"before"], 20, "the first message at the device")
+    dev.c.loop_stop()
+    with paused(mesh, "B"):  # C's only peer: the new run hears nobody until B resumes
+        mesh["C"].kill()
+        mesh["C"].restart()
+        dev = Mq(p["C"], "back-sub", V5, clean=False, expiry=600)
+        assert dev.session_present is False  # its session died with C's previous run
+        dev.subscribe("back/#", 1)
+    mesh["A"].wait_logged("router C restarted", 20)
+    info = pub.c.publish("back/x", b"after", 1)
+    wait_for(lambda: dev.payloads() == [b"after"], 20,
+             "the device to get what A published after C's restart")
+    wait_for(lambda: info.mid in pub.acks, 20, "A's PUBACK")
+    assert not pub.acks[info.mid][0].is_failure, pub.acks[info.mid]
     for c in (dev, pub):
         c.stop()
 
