@@ -188,7 +188,7 @@ def run_subscriber(args: argparse.Namespace) -> int:
 
 
 def _paho(args: argparse.Namespace, who: str, on_connect: Any = None,
-          on_pubrec: Any = None, delivery_ids: bool = False) -> Any:
+          on_pubrec: Any = None, delivery_ids: bool = False, on_disconnect: Any = None) -> Any:
     """A paho client for this agent, connecting in the background and reconnecting on its
     own (every 0.1-1 s), with its session kept by the router across connections.
     `on_pubrec(mid, reason, properties)` sees every PUBREC: paho 2.2 ignores a PUBREC's
@@ -224,6 +224,8 @@ def _paho(args: argparse.Namespace, who: str, on_connect: Any = None,
 
     def disconnected(client: Any, userdata: Any, flags: Any, rc: Any, props: Any) -> None:
         emit("adv", who=who, kind="disconnected", url=args.mqtt, detail=str(rc))
+        if on_disconnect is not None:
+            on_disconnect(client)
 
     c.on_connect, c.on_disconnect = connected, disconnected
     props = Properties(PacketTypes.CONNECT)
@@ -271,12 +273,12 @@ def run_mqtt_publisher(args: argparse.Namespace) -> int:
             reason = getattr(props, "ReasonString", None) if props is not None else None
             emit("fail", pub=name, inc=inc, seq=seq, cond=str(rc), desc=reason or str(rc))
 
-    connections = [0, 0]  # connections made, and the one the last publish went on
+    lost = [0, 0]  # connections lost, and how many of those the publishing loop has seen
 
-    def connected(client: Any) -> None:
-        connections[0] += 1
+    def disconnected(client: Any) -> None:
+        lost[0] += 1
 
-    c = _paho(args, name, on_connect=connected, on_pubrec=on_pubrec)
+    c = _paho(args, name, on_disconnect=disconnected, on_pubrec=on_pubrec)
     c.on_publish = on_publish
     emit("ready", who=name)
     period, next_at, seq = 1.0 / args.rate, time.monotonic(), 0
@@ -287,13 +289,15 @@ def run_mqtt_publisher(args: argparse.Namespace) -> int:
         next_at += period
         with lock:
             busy = len(by_mid) >= args.window
-            if connections[0] != connections[1]:
-                # A new connection: paho resends what was in flight on the old one; a new
-                # message could overtake those resends (it races paho's CONNACK handling),
-                # so none goes until they are done.
+            if lost[0] != lost[1]:
+                # A connection was lost: paho resends what was in flight on it once it has
+                # reconnected, and a new message could overtake those resends (paho says it
+                # is connected before it calls on_connect and resends), so none goes until
+                # they are done. Counted at the disconnect, which paho reports before it
+                # reconnects: seen at the new connection, it came too late (seed 31).
                 busy = busy or bool(by_mid)
                 if not busy:
-                    connections[1] = connections[0]
+                    lost[1] = lost[0]
         # The window is full, or paho is not connected (it would queue the message and send
         # its queue after the in-flight ones on reconnect, out of order): no burst once it
         # opens.
