@@ -388,8 +388,8 @@ class MeshNode:
             routers = [r for r in action.owed if r not in self._given_up]
             self._transmit(routers, item, now)
             for r in action.owed:
-                if r in self._given_up:  # still away: its part fails at once
-                    self.engine.handle(ev.PeerLost(now, r, self._given_up[r]))
+                if r in self._given_up:  # still away: its part fails at once, for certain
+                    self.engine.handle(ev.PeerLost(now, r, self._given_up[r], unsent=True))
         elif isinstance(action, Verdict):
             item = [FORMER_VERDICT if action.former else VERDICT, action.msg_id,
                     action.accepted, action.status, action.keys]

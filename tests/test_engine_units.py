@@ -6,7 +6,8 @@ from typing import Any
 
 from amqp_edge.sdk_core import Failure
 from router.core import events as ev
-from router.core.actions import ACCEPTED, CloseLink, Decide, Forward, Send
+from router.core.actions import ACCEPTED, CloseLink, Decide, Forward, Send, Verdict
+from router.core.doubts import NEVER_GOT
 from router.core.engine import Disposition, EngineConfig
 from router.core.records import IN_DOUBT, SOME, LinkIdentity, outgoing_tag
 from tests.engine_driver import EngineDriver
@@ -154,6 +155,104 @@ def test_a_remote_part_is_in_doubt_unless_its_router_says_it_failed_for_certain(
                                             IN_DOUBT: ["app/other@C"]})
     out = _failure(e)
     assert sorted(out.info[IN_DOUBT]) == ["app/far@B", "app/other@C"]
+
+
+def test_a_late_verdict_resolves_a_part_in_doubt_after_the_record_is_forgotten() -> None:
+    """Issue 18, item 4: the partition heals and the subscriber's router, which remembers
+    what it decided, sends its verdict long after the publisher was told. The origin keeps
+    failures with subscribers in doubt (router/core/doubts.py) and resolves each from what
+    its router says: accepted (it processed the message) or not (it failed for certain
+    there); one its router does not know either stays in doubt."""
+    e = EngineDriver(EngineConfig(router_id="A"))
+    for router, key in (("B", "app/got"), ("B", "app/missed"), ("C", "app/unsure")):
+        e.remote_subscriber_added(router, key, "t")
+    e.attach_publisher(9, LinkIdentity("c", "pub"), "t", "all")
+    e.message(9, b"1", b"m1")
+    (fwd,) = [a for a in e.take_actions() if isinstance(a, Forward)]
+    e.peer_lost("B", "was on router B, unreachable for 3 s")
+    e.peer_lost("C", "was on router C, unreachable for 3 s")
+    out = _failure(e)  # decided at B's loss (mode 'all'): C was pending then
+    assert sorted(out.info[IN_DOUBT]) == ["app/got@B", "app/missed@B"]
+    e.publisher_settled(9, b"1")
+    e.take_actions()
+    assert not e.records and e.engine.find(fwd.msg_id) is None
+    doubt = e.engine.doubt(fwd.msg_id)
+    assert doubt is not None and doubt.condition == out.condition
+    assert doubt.still_in_doubt() == ["app/got@B", "app/missed@B", "app/unsure@C"]
+    # B heals: one of its subscribers accepted, the other never got the message.
+    e.peer_verdict("B", fwd.msg_id, False, {
+        "succeeded": ["app/got@B"], "failed": ["app/missed@B"], "pending": [],
+        "reasons": {"app/missed@B": "detached before accepting it"}})
+    # C lost the answer too: its subscriber left with the copy on its link.
+    e.peer_verdict("C", fwd.msg_id, False, {
+        "succeeded": [], "failed": ["app/unsure@C"], "pending": [],
+        "reasons": {"app/unsure@C": "left"}, IN_DOUBT: ["app/unsure@C"]})
+    assert doubt.resolved == {
+        "app/got@B": {"accepted": True, "router": "B", "reason": None},
+        "app/missed@B": {"accepted": False, "router": "B",
+                         "reason": "detached before accepting it"}}
+    assert doubt.still_in_doubt() == ["app/unsure@C"]
+    assert not e.take_actions()  # the publisher was told already: nothing more to do
+
+
+def test_a_router_that_never_got_a_failed_message_says_so_at_the_forget() -> None:
+    """The message was still in the network when the origin gave B up: B never had it, and
+    says so when the origin's forget reaches it after the heal, which resolves its parts in
+    doubt as not accepted. A router that had it (a record, or a tombstone) says nothing."""
+    b = EngineDriver(EngineConfig(router_id="B"))
+    b.attach_subscriber(1, LinkIdentity("app", "sub"), "t")
+    b.subscriber_credit(1, 10)
+    b.take_actions()
+    b.remote_forget("A", "f" * 32, None)
+    (verdict,) = [a for a in b.take_actions() if isinstance(a, Verdict)]
+    assert (verdict.origin, verdict.accepted, verdict.status) == ("A", False, {NEVER_GOT: True})
+    b.remote_message("A", "e" * 32, "t", b"m", owed=["app/sub"], mode="all", ttl_ms=None)
+    (copy,) = sends(b)
+    b.copy_outcome(1, copy.tag, Disposition.ACCEPTED, settled=True)
+    b.take_actions()
+    b.remote_forget("A", "e" * 32, False)  # it had it: its verdict told the origin already
+    assert not [a for a in b.take_actions() if isinstance(a, Verdict)]
+
+    a = EngineDriver(EngineConfig(router_id="A"))
+    a.remote_subscriber_added("B", "app/sub", "t")
+    a.attach_publisher(9, LinkIdentity("c", "pub"), "t", "all")
+    a.message(9, b"1", b"m1")
+    (fwd,) = [x for x in a.take_actions() if isinstance(x, Forward)]
+    a.peer_lost("B", "was on router B, unreachable for 3 s")
+    a.publisher_settled(9, b"1")
+    a.take_actions()
+    a.peer_verdict("B", fwd.msg_id, False, {NEVER_GOT: True}, [])
+    doubt = a.engine.doubt(fwd.msg_id)
+    assert doubt is not None and doubt.still_in_doubt() == []
+    assert doubt.resolved == {"app/sub@B": {
+        "accepted": False, "router": "B", "reason": "router B never got the message"}}
+
+
+def test_doubts_are_bounded_and_kept_only_for_failures_with_someone_in_doubt() -> None:
+    e = EngineDriver(EngineConfig(router_id="A", tombstones=2))
+    e.remote_subscriber_added("B", "app/far", "t")
+    e.attach_publisher(9, LinkIdentity("c", "pub"), "t", "all")
+    ids = []
+    for n in range(3):
+        tag = b"%d" % n
+        e.message(9, tag, b"m")
+        (fwd,) = [a for a in e.take_actions() if isinstance(a, Forward)]
+        ids.append(fwd.msg_id)
+        e.peer_verdict("B", fwd.msg_id, n == 0, {})  # the first accepted, the others failed
+        e.publisher_settled(9, tag)
+        e.take_actions()
+    assert e.engine.doubt(ids[0]) is None  # accepted: nothing in doubt
+    e.remote_subscriber_added("B", "app/far", "t")
+    for n in range(3, 6):
+        tag = b"%d" % n
+        e.message(9, tag, b"m")
+        (fwd,) = [a for a in e.take_actions() if isinstance(a, Forward)]
+        ids.append(fwd.msg_id)
+        e.peer_lost("B", "was on router B, unreachable for 3 s")
+        e.publisher_settled(9, tag)
+        e.take_actions()
+        e.remote_subscriber_added("B", "app/far", "t")
+    assert [e.engine.doubt(i) is not None for i in ids[3:]] == [False, True, True]
 
 
 def test_a_withheld_copy_counts_as_accepted_and_gives_its_credit_back() -> None:

@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from proton import symbol
 
 from router.core.engine import EngineConfig
 from router.core.records import LinkIdentity, outgoing_tag
@@ -31,7 +32,7 @@ from tests.harness import (
     numbered,
     wait_for,
 )
-from tests.mesh_harness import start_clients, start_mesh, stop_clients, sub_label
+from tests.mesh_harness import start_clients, start_mesh, stop_clients, sub_label, wait_outcomes
 
 DELIVERY_FAILED = "exactmesh:delivery-failed"
 
@@ -292,3 +293,56 @@ def test_engine_finds_records_by_id_when_a_tag_is_reused() -> None:
     eng.subscriber_credit(3, 2)  # both go, in order, and are forgotten
     assert eng.find(did) is None and eng.find(two.id) is None and not eng.records
     assert not eng._by_id and not eng._id_clashes
+
+
+# ------------------------------------------------------------------ in doubt, then resolved
+
+
+def test_parts_in_doubt_after_a_partition_are_resolved_once_it_heals() -> None:
+    """Issue 18, item 4 (docs/guarantees.md, "Failed, or in doubt"). B, the subscriber's
+    router, is cut off from A, the origin, for longer than A's unreachable-timeout, and the
+    subscriber accepts what it holds while the link is cut: A fails those messages naming
+    it in doubt (it may have processed them; the answers were lost), and what is published
+    while B is given up for certain (never sent). Once the link heals, B's verdicts come
+    through and A's status query resolves every part in doubt: accepted, for exactly the
+    messages the subscriber processed."""
+    http_a = free_port()
+    extra = {"A": ["--http", f"127.0.0.1:{http_a}", "--unreachable-timeout", "2"]}
+    with start_mesh("line", 2, extra=extra, proxied=[("A", "B")]) as mesh:
+        sub = Subscriber(mesh["B"].url, "doubt/#", "sub", container_id="app-b",
+                         policy=lambda m, d: "hold")
+        subc = start_clients(sub)
+        mesh.wait_knows("A", sub, "B")
+        label = sub_label(sub, "B")
+        pub = Publisher(mesh["A"].url, "doubt/x", numbered(80), window=30)
+        pubc = ClientThread(pub)
+        wait_for(lambda: len(sub.held) >= 30, 15, "the publisher's window of 30 held at B")
+        since = len(mesh["A"].log)
+        proxy = mesh.proxy("A", "B")
+        proxy.cut()
+        assert subc.call(lambda: sub.answer_held("accept")) == 30  # answers that cannot reach A
+        mesh["A"].wait_logged("router B unreachable for", 15, since)
+        wait_outcomes(pub, 30)
+        proxy.restore()
+        mesh["A"].wait_logged("router B reachable again", 15, since)
+        states = {}
+        for i, o in pub.outcomes.items():
+            assert o.state == "rejected", (i, o)
+            states[i] = label in o.info.get(symbol("in_doubt"), [])
+        doubtful = {i: pub.outcomes[i].info[symbol("delivery_id")] for i in states if states[i]}
+        assert sorted(doubtful) == list(range(30)), "not the 30 that reached B"
+
+        def resolved() -> dict[int, dict[str, Any]]:
+            out = {}
+            for i, did in doubtful.items():
+                code, body = get(http_a, f"/deliveries/{did}")
+                assert code == 200 and body["forgotten"], body
+                if body["in_doubt"]:
+                    return {}
+                out[i] = body["resolved"][label]
+            return out
+
+        answers = wait_for(resolved, 20, "A to resolve the 30 parts in doubt")
+        assert all(r["accepted"] and r["router"] == "B" for r in answers.values()), answers
+        assert sub.bodies() == [m.body for m in pub.messages[:30]]
+        stop_clients(subc, pubc)

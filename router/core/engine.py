@@ -43,6 +43,7 @@ from .actions import (
     Unhold,
     Verdict,
 )
+from .doubts import NEVER_GOT, Doubt, Doubts
 from .events import (
     NO_LOCAL,
     AwayLearned,
@@ -158,6 +159,9 @@ class Engine(FailoverMixin):
         self.publishers: dict[int, Publisher] = {}
         self.subscribers: dict[int, Subscriber] = {}
         self.records: dict[int, Record] = {}  # live records by sequence number
+        # Failed messages with subscribers in doubt, after their records are forgotten: what
+        # their routers say late resolves them (doubts.py; the status query shows it).
+        self._doubts = Doubts(self.config.tombstones)
         self._index: SubscriptionIndex[int] = SubscriptionIndex()
         self._by_key: dict[str, Subscriber] = {}  # local subscribers by mesh key
         self._by_sid: dict[int, Subscriber] = {}  # attached and warm ones, by sid
@@ -255,7 +259,7 @@ class Engine(FailoverMixin):
         elif isinstance(event, RemoteSubscriberRemoved):
             self._remote_subscriber_removed(event.router, event.key)
         elif isinstance(event, PeerLost):
-            self._peer_lost(event.router, event.reason, event.restarted)
+            self._peer_lost(event.router, event.reason, event.restarted, event.unsent)
         elif isinstance(event, Held):
             self._copies_stored(event.items)
         elif isinstance(event, PeerStored):
@@ -317,6 +321,11 @@ class Engine(FailoverMixin):
         """A live record by its delivery id (the outgoing tag in hex); the newest if a reused
         tag gave several live records the same id."""
         return self._by_id.get(delivery_id)
+
+    def doubt(self, delivery_id: str) -> Doubt | None:
+        """A forgotten message of ours that failed with subscribers in doubt, and what their
+        routers said of them since (doubts.py)."""
+        return self._doubts.get(delivery_id)
 
     def matching(
         self, address: str
@@ -616,9 +625,15 @@ class Engine(FailoverMixin):
         """A destination router's verdict on one of our messages, answering for the
         subscribers `keys` there (all we owe there if not given). `former`: its record
         answered us before it answered another origin (`Record.former`)."""
+        if status and status.get(NEVER_GOT):  # about a forgotten record only (doubts.py)
+            self._doubts.resolve(router, msg_id, accepted, status, keys)
+            return
         rec = self._mesh_records.get((self.config.router_id, msg_id))
         if rec is None:
             if not self._released or msg_id not in self._released or former:
+                # Forgotten: a failure it answers for late may resolve a part in doubt.
+                if len(self._doubts):
+                    self._doubts.resolve(router, msg_id, accepted, status, keys)
                 # (`former`: told to us for a record of ours it answered before, which a
                 # resend of its own took since. That is no sign that the resend which took
                 # ours was stale, and we do not reclaim on it: the router the publisher
@@ -666,6 +681,10 @@ class Engine(FailoverMixin):
         `accepted` is the mesh-wide outcome, if there was one; a failure comes with the
         publisher's description and info, which a resend answered from the tombstone gets."""
         rec = self._mesh_records.get((origin, msg_id))
+        if rec is None and not accepted and msg_id not in self._tombstones:
+            # The origin failed it, and it never reached us (it would wait here for this
+            # forget): say so, which resolves the parts it holds in doubt here (doubts.py).
+            self._actions.append(Verdict(origin, msg_id, False, {NEVER_GOT: True}, []))
         if rec is not None:
             if accepted:
                 rec.final = ACCEPTED
@@ -1323,12 +1342,14 @@ class Engine(FailoverMixin):
             return
         self._untrack(rec)
         self._remember(rec)
+        outcome = rec.outcome
+        if rec.origin is None and isinstance(outcome, Rejected) and rec.failed:
+            self._keep_doubt(rec, outcome)
         mesh_key = (rec.origin or self.config.router_id, rec.id)
         if self._mesh_records.get(mesh_key) is rec:  # peers it had may have moved here
             del self._mesh_records[mesh_key]
         if rec.told:
-            accepted = None if rec.outcome is None else rec.outcome is ACCEPTED
-            outcome = rec.outcome
+            accepted = None if outcome is None else outcome is ACCEPTED
             if isinstance(outcome, Rejected):
                 self._actions.append(Forget(sorted(rec.told), rec.id, False,
                                             outcome.description, outcome.info))
@@ -1348,6 +1369,16 @@ class Engine(FailoverMixin):
             pub.live -= 1
             if pub.link in self.publishers:
                 self._refill(pub)
+
+    def _keep_doubt(self, rec: Record, outcome: Rejected) -> None:
+        """A failure is forgotten: keep it if someone is in doubt at the end (a part may have
+        failed after the outcome was decided, in mode 'all')."""
+        status = rec.status()
+        if status.get(IN_DOUBT):
+            pub = rec.publisher
+            self._doubts.keep(Doubt(rec.id, rec.address, rec.mode,
+                                    pub.label if pub is not None else None, outcome.condition,
+                                    outcome.description, status))
 
     # ------------------------------------------------------------------ relay store
 

@@ -35,7 +35,8 @@ import trio
 
 from router.config import HostPort
 from router.core.actions import Accepted, Outcome
-from router.core.records import Record
+from router.core.doubts import Doubt
+from router.core.records import IN_DOUBT, Record
 from router.security.gate import tls_handshake
 
 if TYPE_CHECKING:
@@ -211,6 +212,9 @@ def delivery(node: Node, delivery_id: str) -> tuple[int, JsonBody]:
     rec = node.engine.find(key)
     if rec is not None:
         return 200, delivery_status(router, rec)
+    doubt = node.engine.doubt(key)
+    if doubt is not None:
+        return 200, doubt_status(router, doubt)
     if not HEX_ID.fullmatch(key):
         return 400, {"error": f"delivery id {delivery_id!r} is not 32 hexadecimal characters; "
                               "use the delivery tag a subscriber received, or an id listed by "
@@ -232,8 +236,34 @@ def delivery_status(router: str, rec: Record) -> JsonBody:
         "failed": status["failed"],
         "pending": status["pending"],
         "reasons": status["reasons"],
+        "in_doubt": status.get(IN_DOUBT, []),
+        "resolved": {},
         "origin": rec.origin or router,
         "publisher": rec.publisher.label if rec.publisher is not None else None,
+        "forgotten": False,
+    }
+
+
+def doubt_status(router: str, doubt: Doubt) -> JsonBody:
+    """The STATUS answer for a failed message of ours whose record is forgotten, kept because
+    subscribers were in doubt: `in_doubt` lists those still in doubt, `resolved` what their
+    routers said of the others since (docs/guarantees.md, "Failed, or in doubt")."""
+    info = doubt.info
+    return {
+        "router": router,
+        "id": doubt.id,
+        "address": doubt.address,
+        "mode": doubt.mode,
+        "outcome": {"condition": doubt.condition, "description": doubt.description},
+        "succeeded": info["succeeded"],
+        "failed": info["failed"],
+        "pending": info["pending"],
+        "reasons": info["reasons"],
+        "in_doubt": doubt.still_in_doubt(),
+        "resolved": doubt.resolved,
+        "origin": router,
+        "publisher": doubt.publisher,
+        "forgotten": True,
     }
 
 

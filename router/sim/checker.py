@@ -712,6 +712,7 @@ class Checker:
             for p in eng.publishers.values():
                 if p.live:
                     problems.append(f"{r.id}: publisher {p.label} still holds {p.live} records")
+            problems += self._check_doubts(r)
             n = r.mesh.transfer.in_flight()
             if n:
                 chans = {d: r.mesh.transfer.unacked(d) for d in sorted(world.routers)}
@@ -735,6 +736,29 @@ class Checker:
             shown = problems[:12]
             more = f"\n  … and {len(problems) - 12} more" if len(problems) > 12 else ""
             self.fail("after healing and draining:\n  " + "\n  ".join(shown) + more)
+
+
+    def _check_doubts(self, router: SimRouter) -> list[str]:
+        """A part in doubt that the origin resolved later (router/core/doubts.py) says
+        whether that subscriber processed the message: it must be true."""
+        problems = []
+        for doubt in router.engine._doubts:
+            msg = self.msgs.get(doubt.id)
+            if msg is None:
+                continue
+            for label, said in doubt.resolved.items():
+                sub = msg.owed.get(key_of(label))
+                if sub is None:
+                    continue
+                processed = bool(sub.processed.get(msg.id))
+                if said["accepted"] != processed:
+                    problems.append(
+                        f"{router.id} resolved {label}'s part of {msg.id} in doubt as "
+                        f"{'accepted' if said['accepted'] else 'not accepted'} "
+                        f"({said['reason']!r}, said by {said['router']}), but it "
+                        f"{'processed' if processed else 'did not process'} it"
+                        f"{self._whereabouts(sub)}")
+        return problems
 
 
 def describe_record(rec: Any) -> str:
