@@ -95,6 +95,7 @@ class MeshNode:
         self._joining = False
         self._join_deadline: float | None = None  # None past it (or when not joining)
         self._join_started = 0.0
+        self._alone_after = False  # past the join timeout: serve alone rather than fail
         self._join_wait: dict[str, tuple[int, int]] | None = None
 
     # ------------------------------------------------------------------ output
@@ -115,14 +116,17 @@ class MeshNode:
 
     # ------------------------------------------------------------------ joining
 
-    def start_joining(self, now: float, timeout: float) -> None:
+    def start_joining(self, now: float, timeout: float, alone_after: bool = False) -> None:
         """A router that starts with peers to reach knows none of the subscribers behind
         them; a message accepted now would be owed to local subscribers only, and one
         published while it restarted cut off from its peers would reach nobody there
         (test bed finding, `python -m tests.hosts restart-isolated`). So guaranteed messages
         wait in the engine until a peer's gossip has told us the mesh's subscriptions. Past
         `timeout` (`join-timeout`) they fail, not in doubt, as do those published until then:
-        as a router that gave up on a peer fails what is owed there."""
+        as a router that gave up on a peer fails what is owed there. `alone_after` (a router
+        that only listens, which may be the first of its mesh to start): past the timeout
+        it serves the subscribers it knows instead."""
+        self._alone_after = alone_after
         self._joining = True
         self._join_deadline = now + timeout
         self._join_started = now
@@ -164,6 +168,14 @@ class MeshNode:
     def _join_timed_out(self, now: float) -> None:
         waited = now - self._join_started
         self._join_deadline = None
+        if self._alone_after:
+            log.warning("router %s heard no peer's subscriptions within %.1f s of starting; "
+                        "serving the subscribers it knows (%d guaranteed messages waited). A "
+                        "router that only listens cannot tell a first start from a restart cut "
+                        "off from its peers: give it a connect line to wait for them instead",
+                        self.me, waited, self.engine.joining() or 0)
+            self._joined()
+            return
         peers = (f"linked to {', '.join(sorted(self.neighbors))}" if self.neighbors
                  else "no peer linked")
         description = (

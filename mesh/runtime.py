@@ -59,11 +59,14 @@ class MeshRuntime:
         join = config.join_timeout
         if join is None:
             join = config.unreachable_timeout
-        # A router that connects to peers knows it belongs to a mesh. One that only listens
-        # cannot tell its first start (nobody to hear yet) from a restart cut off, and would
-        # wait for nothing on the first; a relay (uplinks) is away as a matter of course.
-        if join > 0 and config.connect:
-            self.mesh.start_joining(node.now(), join)
+        # A router that connects to peers knows it belongs to a mesh: it waits, and past the
+        # timeout fails what waited. One that only listens cannot tell its first start (nobody
+        # to hear yet) from a restart cut off: it waits as long for a peer to link, then serves
+        # the subscribers it knows (test bed, ring seed 31: a listen-only router restarted and
+        # accepted an MQTT device's messages before its peers had linked back). A relay
+        # (uplinks) is away as a matter of course.
+        if join > 0 and (config.connect or (config.listen and not config.uplinks)):
+            self.mesh.start_joining(node.now(), join, alone_after=not config.connect)
 
     # ---------------------------------------------------------------- callbacks
 

@@ -99,3 +99,41 @@ def test_past_the_join_timeout_messages_fail_not_in_doubt_until_the_router_joins
         assert again.states() == ["accepted"] * 5
         Tally([m.body for m in again.messages], sub.bodies()).check_exactly_once_in_order()
         stop_clients(subc, earlyc, latec, againc)
+
+
+def test_a_router_that_only_listens_waits_for_a_peer_too_then_serves_alone() -> None:
+    """Found on the test bed (ring with MQTT clients, seed 31): router A, which only listens
+    (its peers connect to it), was restarted, and a device published to it before its peers
+    had linked back: accepted at once, owed to nobody behind them. Now A waits as a router
+    with a `connect` line does; past join-timeout, since it cannot tell a first start from a
+    restart, it serves the subscribers it knows instead of failing."""
+    with start_mesh("line", 2, extra={"A": ["--join-timeout", "30"]}) as mesh:
+        sub = Subscriber(mesh["B"].url, "join/#", "sub", container_id="app-b")
+        subc = start_clients(sub)
+        mesh.wait_knows("A", sub, "B")
+        with paused(mesh, "B"):
+            mesh["A"].kill()
+            mesh["A"].restart()
+            mesh["A"].wait_logged("waiting up to 30 s to hear the mesh's subscriptions")
+            pub = Publisher(mesh["A"].url, "join/x", numbered(20), window=20)
+            pubc = ClientThread(pub)
+            wait_for(lambda: pub.next >= 20, 10, "the publisher to send its 20")
+            time.sleep(NOTHING_WINDOW)  # A cannot know who is owed these: nothing is answered
+            assert pub.outcomes == {}, Counter(o.state for o in pub.outcomes.values())
+        mesh["A"].wait_logged("router A joined the mesh through B", 20)
+        wait_outcomes(pub, 30)
+        assert pub.states() == ["accepted"] * 20, Counter(pub.states())
+        Tally([m.body for m in pub.messages], sub.bodies()).check_exactly_once_in_order()
+        stop_clients(subc, pubc)
+
+    with start_mesh("line", 2, extra={"A": ["--join-timeout", "1"]}) as mesh:
+        with paused(mesh, "B"):
+            mesh["A"].kill()
+            mesh["A"].restart()
+            mesh["A"].wait_logged("serving the subscribers it knows", 10)
+            local = Subscriber(mesh["A"].url, "join/#", "local", container_id="app-a")
+            pub = Publisher(mesh["A"].url, "join/x", numbered(3), window=3)
+            clients = start_clients(local), ClientThread(pub)
+            wait_outcomes(pub, 15)
+            assert pub.states() == ["accepted"] * 3, Counter(pub.states())
+        stop_clients(*clients)
