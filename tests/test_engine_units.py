@@ -6,8 +6,7 @@ from typing import Any
 
 from amqp_edge.sdk_core import Failure
 from router.core import events as ev
-from router.core.actions import ACCEPTED, CloseLink, Decide, Forward, Send, Verdict
-from router.core.doubts import NEVER_GOT
+from router.core.actions import ACCEPTED, CloseLink, Decide, Forward, Send
 from router.core.engine import Disposition, EngineConfig
 from router.core.records import IN_DOUBT, SOME, LinkIdentity, outgoing_tag
 from tests.engine_driver import EngineDriver
@@ -193,39 +192,6 @@ def test_a_late_verdict_resolves_a_part_in_doubt_after_the_record_is_forgotten()
                          "reason": "detached before accepting it"}}
     assert doubt.still_in_doubt() == ["app/unsure@C"]
     assert not e.take_actions()  # the publisher was told already: nothing more to do
-
-
-def test_a_router_that_never_got_a_failed_message_says_so_at_the_forget() -> None:
-    """The message was still in the network when the origin gave B up: B never had it, and
-    says so when the origin's forget reaches it after the heal, which resolves its parts in
-    doubt as not accepted. A router that had it (a record, or a tombstone) says nothing."""
-    b = EngineDriver(EngineConfig(router_id="B"))
-    b.attach_subscriber(1, LinkIdentity("app", "sub"), "t")
-    b.subscriber_credit(1, 10)
-    b.take_actions()
-    b.remote_forget("A", "f" * 32, None)
-    (verdict,) = [a for a in b.take_actions() if isinstance(a, Verdict)]
-    assert (verdict.origin, verdict.accepted, verdict.status) == ("A", False, {NEVER_GOT: True})
-    b.remote_message("A", "e" * 32, "t", b"m", owed=["app/sub"], mode="all", ttl_ms=None)
-    (copy,) = sends(b)
-    b.copy_outcome(1, copy.tag, Disposition.ACCEPTED, settled=True)
-    b.take_actions()
-    b.remote_forget("A", "e" * 32, False)  # it had it: its verdict told the origin already
-    assert not [a for a in b.take_actions() if isinstance(a, Verdict)]
-
-    a = EngineDriver(EngineConfig(router_id="A"))
-    a.remote_subscriber_added("B", "app/sub", "t")
-    a.attach_publisher(9, LinkIdentity("c", "pub"), "t", "all")
-    a.message(9, b"1", b"m1")
-    (fwd,) = [x for x in a.take_actions() if isinstance(x, Forward)]
-    a.peer_lost("B", "was on router B, unreachable for 3 s")
-    a.publisher_settled(9, b"1")
-    a.take_actions()
-    a.peer_verdict("B", fwd.msg_id, False, {NEVER_GOT: True}, [])
-    doubt = a.engine.doubt(fwd.msg_id)
-    assert doubt is not None and doubt.still_in_doubt() == []
-    assert doubt.resolved == {"app/sub@B": {
-        "accepted": False, "router": "B", "reason": "router B never got the message"}}
 
 
 def test_doubts_are_bounded_and_kept_only_for_failures_with_someone_in_doubt() -> None:

@@ -23,10 +23,6 @@ from typing import Any
 
 from .records import IN_DOUBT
 
-# A verdict's status with this key set says its router never got the message: it had no
-# record or tombstone of it when the origin's forget came (`Engine._remote_forget`).
-NEVER_GOT = "never_got"
-
 
 @dataclass
 class Doubt:
@@ -73,14 +69,12 @@ class Doubts:
     def resolve(self, router: str, msg_id: str, accepted: bool, status: dict[str, Any],
                 keys: list[str] | None) -> list[str]:
         """Router `router`'s late verdict on `msg_id` for its subscribers `keys` (all it was
-        owed if None, or if it never got the message): resolve those of them still in doubt.
-        Returns the labels resolved."""
+        owed if None): resolve those of them still in doubt. Returns the labels resolved."""
         doubt = self._by_id.get(msg_id)
         if doubt is None:
             return []
         suffix = f"@{router}"
-        never_got = bool(status.get(NEVER_GOT))  # for all it was owed there
-        wanted = None if keys is None or never_got else {f"{key}{suffix}" for key in keys}
+        wanted = None if keys is None else {f"{key}{suffix}" for key in keys}
         succeeded = status.get("succeeded", ())
         failed = status.get("failed", ())
         unsure = status.get(IN_DOUBT, ())
@@ -89,10 +83,7 @@ class Doubts:
         for label in doubt.still_in_doubt():
             if not label.endswith(suffix) or (wanted is not None and label not in wanted):
                 continue
-            if never_got:
-                doubt.resolved[label] = {"accepted": False, "router": router,
-                                         "reason": f"router {router} never got the message"}
-            elif (accepted and not status) or label in succeeded:
+            if (accepted and not status) or label in succeeded:
                 doubt.resolved[label] = {"accepted": True, "router": router, "reason": None}
             elif label in failed and label not in unsure:
                 doubt.resolved[label] = {"accepted": False, "router": router,

@@ -43,7 +43,7 @@ from .actions import (
     Unhold,
     Verdict,
 )
-from .doubts import NEVER_GOT, Doubt, Doubts
+from .doubts import Doubt, Doubts
 from .events import (
     NO_LOCAL,
     AwayLearned,
@@ -625,9 +625,6 @@ class Engine(FailoverMixin):
         """A destination router's verdict on one of our messages, answering for the
         subscribers `keys` there (all we owe there if not given). `former`: its record
         answered us before it answered another origin (`Record.former`)."""
-        if status and status.get(NEVER_GOT):  # about a forgotten record only (doubts.py)
-            self._doubts.resolve(router, msg_id, accepted, status, keys)
-            return
         rec = self._mesh_records.get((self.config.router_id, msg_id))
         if rec is None:
             if not self._released or msg_id not in self._released or former:
@@ -681,10 +678,6 @@ class Engine(FailoverMixin):
         `accepted` is the mesh-wide outcome, if there was one; a failure comes with the
         publisher's description and info, which a resend answered from the tombstone gets."""
         rec = self._mesh_records.get((origin, msg_id))
-        if rec is None and not accepted and msg_id not in self._tombstones:
-            # The origin failed it, and it never reached us (it would wait here for this
-            # forget): say so, which resolves the parts it holds in doubt here (doubts.py).
-            self._actions.append(Verdict(origin, msg_id, False, {NEVER_GOT: True}, []))
         if rec is not None:
             if accepted:
                 rec.final = ACCEPTED
