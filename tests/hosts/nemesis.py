@@ -13,11 +13,15 @@ Kinds (each has a start, a duration and a heal, recorded in the history):
 - `restart-isolated`: `isolate`, and the router is killed and restarted inside the cut;
 - `lossy`: a link (two router hosts, or a router and its client host) drops
   `netns.LOSS_PERCENT` of its packets each way, at random (nftables `numgen random`);
-- `flap`: a link goes down and up again, FLAP_PERIOD apart, for the fault's duration.
+- `flap`: a link goes down and up again, FLAP_PERIOD apart, for the fault's duration;
+- `slow` (not in the default set, `--kinds` adds it): a router host's link is shaped to
+  `netns.SLOW_RATE` each way (tc tbf), so packets queue for up to `netns.SLOW_LATENCY` and
+  past that are dropped: the growing delay of a congested link.
 
 Duplication and reordering of packets are not injected: TCP below every link removes them
 (the mesh's own frames are dropped, duplicated and reordered by the simulator instead,
-`router/sim`). Delay needs netem or an NFQUEUE program; not built.
+`router/sim`). A fixed delay needs netem, which this kernel lacks; `slow` is the delay the
+kernel can make.
 
 A scenario may register more kinds (`Nemesis.actions`): a function taking the fault's plan
 and returning the heal. After each heal the nemesis waits (on the history, with deadlines)
@@ -35,11 +39,11 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from tests.hosts.history import Fault, History
-from tests.hosts.netns import Testbed
+from tests.hosts.netns import SLOW_LATENCY, SLOW_RATE, Testbed
 from tests.hosts.routers import RouterHost
 
 KINDS = ("kill", "pause", "partition", "oneway", "isolate", "lossy", "flap")
-MORE_KINDS = ("restart-isolated",)  # (and `pubkill`, which a scenario defines)
+MORE_KINDS = ("restart-isolated", "slow")  # (and `pubkill`, which a scenario defines)
 # Seconds a fault lasts, drawn uniformly: around the test bed's unreachable-timeout (3 s), so
 # some partitions heal before routers give up on each other and some after.
 DURATIONS: dict[str, tuple[float, float]] = {
@@ -48,7 +52,7 @@ DURATIONS: dict[str, tuple[float, float]] = {
     # long enough for its clients to come round to it again (a connection attempt to a host
     # that drops packets is given up after 5 s, amqp_edge/sdk_core.py ATTEMPT_TIMEOUT)
     "restart-isolated": (13.0, 15.0),
-    "lossy": (3.0, 6.0), "flap": (2.0, 5.0),
+    "lossy": (3.0, 6.0), "flap": (2.0, 5.0), "slow": (3.0, 6.0),
 }
 FLAP_PERIOD = (0.2, 0.8)  # seconds between a flapping link's changes, drawn per change
 
@@ -86,7 +90,7 @@ def schedule(seed: int, cycles: int, layout: Layout, kinds: Sequence[str] = KIND
         for kind in order:
             low, high = DURATIONS.get(kind, (1.0, 3.0))
             duration = round(rng.uniform(low, high), 2)
-            if kind in ("kill", "pause"):
+            if kind in ("kill", "pause", "slow"):
                 targets: tuple[str, ...] = (rng.choice(list(layout.routers)),)
             elif kind in ("partition", "lossy", "flap"):
                 targets = tuple(rng.choice(pairs))
@@ -118,7 +122,7 @@ class Nemesis:
             "kill": self._kill, "pause": self._pause, "partition": self._partition,
             "oneway": self._oneway, "isolate": self._isolate,
             "restart-isolated": self._restart_isolated,
-            "lossy": self._lossy, "flap": self._flap,
+            "lossy": self._lossy, "flap": self._flap, "slow": self._slow,
         }
 
     def run(self, plans: Sequence[Plan], log: Callable[[str], None] = print) -> None:
@@ -172,6 +176,8 @@ class Nemesis:
             return f"lose packets {names[0]} <-> {names[1]}"
         if plan.kind == "flap":
             return f"flap {names[0]} <-> {names[1]}"
+        if plan.kind == "slow":
+            return f"slow {names[0]}'s link to {SLOW_RATE} (queue up to {SLOW_LATENCY})"
         if plan.kind == "restart-isolated":
             return f"isolate {' + '.join(names)}, SIGKILL and restart {names[0]} inside"
         return f"{plan.kind} {' '.join(names)}"
@@ -243,6 +249,11 @@ class Nemesis:
             self.bed.unimpair(b, a)
 
         return heal
+
+    def _slow(self, plan: Plan) -> Heal:
+        host = plan.targets[0]
+        self.bed.slow(host)
+        return lambda: self.bed.unslow(host)
 
     def _flap(self, plan: Plan) -> Heal:
         """Cut and join the link in turn (from a seeded generator) until healed; it ends

@@ -44,6 +44,10 @@ SWITCH = "sw"
 # The share of packets a lossy link drops (`impair`): TCP retransmits them; enough loss to
 # miss heartbeats now and then, so links flap as on a bad line.
 LOSS_PERCENT = 20
+# A slow host (`slow`): its link shaped to this rate each way with a token bucket (tbf, which
+# this kernel has where it lacks netem), queueing up to SLOW_LATENCY of packets before it
+# drops: the delay of a congested link, which grows with the load and reaches SLOW_LATENCY.
+SLOW_RATE, SLOW_BURST, SLOW_LATENCY = "256kbit", "16kb", "1000ms"
 TABLE = "xmbed"
 _counter = itertools.count(1)
 _live: set[Testbed] = set()
@@ -347,6 +351,20 @@ class Testbed:
 
     def unimpair(self, src: str, dst: str) -> None:
         self._nft(dst, "delete", self.hosts[src].address, "lossy")
+
+    def slow(self, host: str) -> None:
+        """Shape `host`'s link both ways (tbf on its eth0 and on the switch's end of it)."""
+        for ns, dev in self._link_ends(host):
+            _run(["tc", "-n", ns, "qdisc", "replace", "dev", dev, "root", "tbf", "rate",
+                  SLOW_RATE, "burst", SLOW_BURST, "latency", SLOW_LATENCY])
+
+    def unslow(self, host: str) -> None:
+        for ns, dev in self._link_ends(host):
+            _run(["tc", "-n", ns, "qdisc", "del", "dev", dev, "root"], check=False)
+
+    def _link_ends(self, host: str) -> list[tuple[str, str]]:
+        h = self.hosts[host]
+        return [(h.ns, "eth0"), (self.switch, h.name)]
 
     def _nft(self, host: str, verb: str, address: str, nft_set: str = "blocked") -> None:
         _run(["ip", "netns", "exec", self.hosts[host].ns, "nft", verb, "element", "inet",
