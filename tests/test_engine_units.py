@@ -195,7 +195,7 @@ def test_a_late_verdict_resolves_a_part_in_doubt_after_the_record_is_forgotten()
 
 
 def test_doubts_are_bounded_and_kept_only_for_failures_with_someone_in_doubt() -> None:
-    e = EngineDriver(EngineConfig(router_id="A", tombstones=2))
+    e = EngineDriver(EngineConfig(router_id="A", doubts_kept=2))
     e.remote_subscriber_added("B", "app/far", "t")
     e.attach_publisher(9, LinkIdentity("c", "pub"), "t", "all")
     ids = []

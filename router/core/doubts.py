@@ -7,11 +7,13 @@ or in doubt"). The subscriber's router remembers what it decided and sends its v
 the path heals (`mesh/meshnode.py`, owed verdicts), long after the origin told its publisher
 and forgot the record. This ledger is where that late verdict lands: the in-doubt part is
 *resolved* as accepted (the subscriber processed it: sending it again would make it process
-it twice) or not accepted (it did not: sending it again is safe for it).
+it twice) or not accepted (its router says it refused it, for certain). A router with no
+record of the message cannot say either (its subscriber may have moved and got it
+elsewhere, or the router restarted since): such a part stays in doubt.
 
 Only the origin keeps entries, only for failures that name someone in doubt, and at most
-`limit` of them, oldest dropped first. Not on the per-message path: nothing here runs for a
-message that succeeds.
+`limit` of them (`EngineConfig.doubts_kept`), oldest dropped first. Not on the per-message
+path: nothing here runs for a message that succeeds.
 """
 
 from __future__ import annotations

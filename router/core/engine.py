@@ -122,6 +122,9 @@ class EngineConfig:
     # How long a resumed subscriber's placeholders hold back newer messages (seconds).
     resume_timeout: float = 5.0
     tombstones: int = 65536  # outcomes of forgotten deliveries kept for resends
+    # Forgotten failures with subscribers in doubt kept for the status query (doubts.py):
+    # fewer than tombstones, since each keeps its whole status (a few hundred bytes and up).
+    doubts_kept: int = 10000
     # A relay store (docs/relay.md): copies for warm subscribers that are away are stored
     # durably (`Hold`), and a record whose every pending copy is stored gives its publisher's
     # window place back, drops its body and answers a publisher whose acknowledgement counts
@@ -161,7 +164,7 @@ class Engine(FailoverMixin):
         self.records: dict[int, Record] = {}  # live records by sequence number
         # Failed messages with subscribers in doubt, after their records are forgotten: what
         # their routers say late resolves them (doubts.py; the status query shows it).
-        self._doubts = Doubts(self.config.tombstones)
+        self._doubts = Doubts(self.config.doubts_kept)
         self._index: SubscriptionIndex[int] = SubscriptionIndex()
         self._by_key: dict[str, Subscriber] = {}  # local subscribers by mesh key
         self._by_sid: dict[int, Subscriber] = {}  # attached and warm ones, by sid
