@@ -262,7 +262,7 @@ class Engine(FailoverMixin):
         elif isinstance(event, RemoteSubscriberRemoved):
             self._remote_subscriber_removed(event.router, event.key)
         elif isinstance(event, PeerLost):
-            self._peer_lost(event.router, event.reason, event.restarted, event.unsent)
+            self._peer_lost(event.router, event.reason, event.restarted)
         elif isinstance(event, Held):
             self._copies_stored(event.items)
         elif isinstance(event, PeerStored):

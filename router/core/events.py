@@ -287,19 +287,15 @@ class RemoteSubscriberRemoved(Event):
 
 
 class PeerLost(Event):
-    """Router `router` restarted (its clients and records are gone) or was given up.
-    `unsent`: it is still given up, and the messages just forwarded to it were not sent, so
-    nothing of them reached it (their parts there fail for certain, not in doubt)."""
+    """Router `router` restarted (its clients and records are gone) or was given up."""
 
-    __slots__ = ("reason", "restarted", "router", "unsent")
+    __slots__ = ("reason", "restarted", "router")
 
-    def __init__(self, now: float, router: str, reason: str, restarted: bool = False,
-                 unsent: bool = False) -> None:
+    def __init__(self, now: float, router: str, reason: str, restarted: bool = False) -> None:
         self.now = now
         self.router = router
         self.reason = reason
         self.restarted = restarted
-        self.unsent = unsent
 
 
 class MeshJoining(Event):

@@ -440,14 +440,11 @@ class FailoverMixin(GroupsMixin):
 
     # ------------------------------------------------------------------ lost routers
 
-    def _peer_lost(self: Engine, router: str, reason: str, restarted: bool,
-                   unsent: bool = False) -> None:
+    def _peer_lost(self: Engine, router: str, reason: str, restarted: bool) -> None:
         """`router` restarted (its clients and records are gone) or stayed unreachable too
         long (given up). After a restart its subscribers are away for their timeout and its
         messages here wait for their publishers to resume; after a give-up what it owed us
-        fails now, and its messages here go on (their verdicts reach it when it is back).
-        `unsent`: what it owes was never sent there (it is given up already), so it fails
-        for certain; otherwise in doubt."""
+        fails now, and its messages here go on (their verdicts reach it when it is back)."""
         if restarted:
             for key, (gen, r) in sorted(self._where.items()):
                 if r == router:
@@ -466,8 +463,8 @@ class FailoverMixin(GroupsMixin):
                     move_part(rec, part, Step.FAIL, "detached before accepting it")
                 elif part.key in self._away:
                     part.router = None
-                else:  # in doubt (its verdict may be what was lost), unless never sent
-                    move_part(rec, part, Step.FAIL, reason, not unsent)
+                else:  # in doubt: its verdict may be what was lost
+                    move_part(rec, part, Step.FAIL, reason)
             self._decide(rec)
             self._maybe_forget(rec)
 
