@@ -178,7 +178,8 @@ class SessionState:
     lasts (MQTT 5.0 section 4.1)."""
 
     __slots__ = (
-        "client_id", "conn", "expires_at", "expiry", "in_rec", "next_pid", "out", "out_rel",
+        "client_id", "conn", "expires_at", "expiry", "failed_rec", "in_rec", "next_pid", "out",
+        "out_rel",
         "persistent", "pid_by_copy", "rec_tags", "stored", "subs", "will", "will_timer",
     )
 
@@ -195,6 +196,13 @@ class SessionState:
         # the reason code sent (a PUBLISH with the same pid is answered again, not delivered).
         self.in_rec: dict[int, int] = {}
         self.rec_tags: dict[int, bytes] = {}  # their engine tags (`publish_tag`), by pid
+        # QoS 2 PUBLISHes answered with a failure PUBREC, which ends the exchange (5.0
+        # section 4.3.3): pid -> (tag, reason code, properties). A client that lost that
+        # PUBREC with its connection resends the PUBLISH (DUP=1) when it resumes the session;
+        # it gets the same answer, not a second publication (test bed, --mqtt --relay
+        # --spark seed 1: 208 copies shown twice). Forgotten at its PUBREL (a client that
+        # ignores reason codes sends one) or when the pid carries another message.
+        self.failed_rec: dict[int, tuple[bytes, int, Properties]] = {}
         # Outgoing QoS 1/2 PUBLISHes waiting for PUBACK / PUBREC: pid -> (filter, tag, qos).
         self.out: dict[int, tuple[str, bytes, int]] = {}
         # PUBREL sent, waiting for PUBCOMP: pid -> (filter, tag) of the copy it completes,
@@ -648,10 +656,13 @@ class MqttConnection:
             if tag in self.awaiting:
                 return  # a resend of one we are still deciding: the answer will come
             code = self.session.in_rec.get(pid)  # type: ignore[arg-type]
+            if code is not None and qos == 2:
+                self._send(PubRec(pid, code))  # type: ignore[arg-type]
+                return
+            if self.session.failed_rec and self._failed_again(
+                    p, pid, tag):  # type: ignore[arg-type]
+                return
             if code is not None:
-                if qos == 2:
-                    self._send(PubRec(pid, code))  # type: ignore[arg-type]
-                    return
                 del self.session.in_rec[pid]  # type: ignore[arg-type]
                 self.session.rec_tags.pop(pid, None)  # type: ignore[arg-type]
             if len(self.awaiting) + len(self.session.in_rec) >= self.receive_max:
@@ -669,6 +680,17 @@ class MqttConnection:
             self.awaiting[tag] = (p.packet_id, qos)  # type: ignore[assignment]
         self.engine.handle(ev.MessageArrived(self._now, pub.id, tag, payload, qos == 0, None,
                                              expiry * 1000 if expiry else None, topic, p.dup))
+
+    def _failed_again(self, p: Publish, pid: int, tag: bytes) -> bool:
+        """A resend (DUP=1) of a QoS 2 PUBLISH this session answered with a failure PUBREC
+        gets that PUBREC again; any other PUBLISH with its pid is a new message."""
+        failed = self.session.failed_rec.pop(pid, None)  # type: ignore[union-attr]
+        if failed is None or not (p.dup and p.qos == 2 and failed[0] == tag):
+            return False
+        self.session.failed_rec[pid] = failed  # type: ignore[union-attr]
+        _, code, props = failed
+        self.out += self._fit(PubRec(pid, code, props), PubRec(pid, code))
+        return True
 
     def _forbidden_publish(self, p: Publish, topic: str) -> None:
         """A PUBLISH to a topic the ACL file does not let this client publish to: 5.0 gets
@@ -759,6 +781,10 @@ class MqttConnection:
                 self.session.in_rec[pid] = code
                 self.session.rec_tags[pid] = tag
             else:  # a failed QoS 2 exchange ends with the PUBREC (5.0 section 4.3.3)
+                failed = self.session.failed_rec
+                failed[pid] = (tag, code, props)
+                if len(failed) > self.receive_max:  # (the oldest: long answered)
+                    del failed[next(iter(failed))]
                 self.engine.handle(ev.PublisherSettled(
                 self._now, self.pub.id, tag))  # type: ignore[union-attr]
 
@@ -768,6 +794,11 @@ class MqttConnection:
     def _pubrel(self, pid: int) -> None:
         assert self.session is not None
         code = self.session.in_rec.pop(pid, None)
+        if code is None and self.session.failed_rec.pop(pid, None) is not None:
+            # After a failure PUBREC, from a client that ignores reason codes (paho 2.2):
+            # the exchange is over; complete it.
+            self.out += _PACK_ACK(_PUBCOMP, 2, pid)
+            return
         if code is None:
             # Not "Packet Identifier not found" (0x92), which clients report as a failed
             # publish: a client sends PUBREL only after a PUBREC with a success code, which

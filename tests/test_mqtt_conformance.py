@@ -25,12 +25,13 @@ from mqtt_edge.packets import (
     PubAck,
     PubComp,
     Publish,
+    PubRec,
     PubRel,
     SubAck,
     Subscribe,
     Subscription,
 )
-from tests.harness import RouterProcess, free_port, wait_for
+from tests.harness import ClientThread, RouterProcess, Subscriber, free_port, wait_for
 from tests.mesh_harness import start_mesh
 from tests.test_mqtt_edge import V5, Mq
 from tests.test_status import get
@@ -50,11 +51,12 @@ class Raw:
     """An MQTT 5 client on a raw socket: sends our codec's packets, returns each packet it
     gets with its size in bytes."""
 
-    def __init__(self, port: int, client_id: str, **connect_props: Any) -> None:
+    def __init__(self, port: int, client_id: str, clean: bool = True,
+                 **connect_props: Any) -> None:
         self.s = socket.create_connection(("127.0.0.1", port), timeout=10)
         self.dec = Decoder(role="client", version=MQTT_5)
         props = Properties(**connect_props) if connect_props else Properties()
-        self.send(Connect(client_id, MQTT_5, True, 0, properties=props))
+        self.send(Connect(client_id, MQTT_5, clean, 0, properties=props))
         self.connack, _ = self.next()
         assert isinstance(self.connack, ConnAck) and self.connack.reason_code == 0
 
@@ -311,6 +313,47 @@ def test_a_pubrel_for_an_unknown_packet_id_completes_with_success(router: Any) -
     comp, _ = c.next()
     assert isinstance(comp, PubComp) and comp.packet_id == 77 and comp.reason_code == 0
     c.close()
+
+
+def test_a_qos2_publish_resent_after_a_failure_pubrec_is_answered_not_published_again(
+        ) -> None:
+    """MQTT-4.3.3-9 asks the receiver not to deliver a QoS 2 message onward twice. A failure
+    PUBREC (reason code 0x80 or more) ends the exchange (5.0 section 4.3.3), but a client
+    that lost it with its connection resends the PUBLISH with DUP=1 when it resumes its
+    session: it gets the same PUBREC, and the subscriber does not get the message again.
+    Found on the test bed (paho publisher, router paused under it): 208 copies shown twice.
+    A PUBREL after the failure (paho sends one) is completed; a new PUBLISH with the packet
+    id (DUP=0) is a new message."""
+    port = free_port()
+    with RouterProcess("A", "--mqtt", f"127.0.0.1:{port}") as r:
+        rejecter = Subscriber(r.url, "fail2/#", name="rej", policy=lambda m, d: "reject")
+        client = ClientThread(rejecter)
+        try:
+            assert rejecter.opened.wait(10)
+            c = Raw(port, "fail2-raw", clean=False, session_expiry_interval=60)
+            publish = Publish("fail2/x", b"once", 2, False, False, 9)
+            c.send(publish)
+            rec, _ = c.next()
+            assert isinstance(rec, PubRec) and rec.reason_code == 0x80, rec
+            wait_for(lambda: len(rejecter.received) == 1, 10, "the subscriber's copy")
+            c.close()  # as if the PUBREC had been lost with the connection
+            c = Raw(port, "fail2-raw", clean=False, session_expiry_interval=60)
+            assert c.connack.session_present
+            c.send(Publish("fail2/x", b"once", 2, False, True, 9))
+            again, _ = c.next()
+            assert isinstance(again, PubRec) and again.reason_code == 0x80, again
+            # (a PUBREC for a second publication would come only after the rejection)
+            assert len(rejecter.received) == 1, "the resend was published again"
+            c.send(PubRel(9))
+            comp, _ = c.next()
+            assert isinstance(comp, PubComp) and comp.packet_id == 9, comp
+            c.send(publish)  # DUP=0 after the exchange ended: a new message
+            rec, _ = c.next()
+            assert isinstance(rec, PubRec) and rec.reason_code == 0x80, rec
+            wait_for(lambda: len(rejecter.received) == 2, 10, "the new message's copy")
+            c.close()
+        finally:
+            client.stop()
 
 
 # ------------------------------------------------------------------ Message Expiry
