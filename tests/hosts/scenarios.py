@@ -7,6 +7,12 @@ devices/#, durable, with a state directory), both over amqps, their routers' URL
 from ri outwards. Every subscriber is owed every message: publishers start only once every
 router knows every subscriber.
 
+Options for long runs (docs/testbed.md, "The clients"): `--relay` adds a secured relay agent
+on c1 (`exactmesh relay`, docs/relay.md) with a durable, sometimes connected SDK subscriber
+r1 behind it; `--spark` adds a Spark Structured Streaming job in local mode on the last
+client host publishing a numbered stream (k1) through the exactmesh data source
+(tests/hosts/spark.py).
+
 - `line3`: the guarantee under kill, pause, partition, one-way partition and isolation;
   every check must come out 0.
 - `broken`: the same, but publisher p1 keeps its outbox in memory (no state directory) and
@@ -24,6 +30,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import tomllib
 from collections.abc import Callable
@@ -59,8 +66,8 @@ RELAY_SUB = "r1"
 RELAY_AWAY = (10.0, 2.0)
 # `--spark`: the Spark stream's publisher name (bodies k1.INC.SEQ), on the last client host.
 SPARK_PUB = "k1"
-# Spark's session and first batch take tens of seconds on 2 busy cores.
-SPARK_START = 300.0
+# Spark's session and first batch take minutes on 2 busy cores (about 4 with a load of 30).
+SPARK_START = 600.0
 
 
 @dataclass
@@ -149,6 +156,9 @@ class World:
         self.logs.mkdir()
         self.files: dict[str, Path] = {}
         self.relay: RelayHost | None = None
+        self.ready: set[str] = set()  # agents that said `ready`
+        self.ended: set[str] = set()  # agents whose output ended
+        self.ready_cond = threading.Condition()
 
     # ------------------------------------------------------------------ routers
 
@@ -259,7 +269,8 @@ class World:
     def start_spark(self) -> None:
         """The Spark job (tests/hosts/spark.py) on the last client host, publishing to
         devices/bed/commands/k1 as `ingest` over amqps (its password in a file, option
-        `passwordFile`), its routers from its own outwards."""
+        `passwordFile`), its routers from its own outwards. It builds its session and waits
+        for `go` (`go_spark`) to start its query."""
         i = self.n - 1
         secret = self.dir / "spark.pw"
         secret.write_text(USERS["ingest"] + "\n")
@@ -270,6 +281,20 @@ class World:
                      "--work", str(self.dir / "spark"),
                      "--subscribers", ",".join(self.history.subscribers)],
                     "ingest", module="tests.hosts.spark")
+
+    def go_spark(self, timeout: float) -> None:
+        """Wait (with a deadline) until the Spark agent's session is up, then start its query."""
+        proc = self.clients[SPARK_PUB]
+        with self.ready_cond:
+            if not self.ready_cond.wait_for(
+                    lambda: SPARK_PUB in self.ready or SPARK_PUB in self.ended, timeout):
+                raise TimeoutError(f"the Spark agent was not ready within {timeout:g} s")
+        if SPARK_PUB not in self.ready:
+            raise RuntimeError(f"the Spark agent ended: see {self.logs}/{SPARK_PUB}-1.err")
+        stdin = proc.popen.stdin
+        assert stdin is not None
+        stdin.write("go\n")
+        stdin.flush()
 
     # ------------------------------------------------------------------ clients
 
@@ -292,9 +317,18 @@ class World:
                 event = json.loads(line)
             except ValueError:
                 return
+            if event.get("e") == "ready":
+                with self.ready_cond:
+                    self.ready.add(str(event.get("who")))
+                    self.ready_cond.notify_all()
             history.record(event)
 
-        pump(proc.popen.stdout, sink, lambda: None)
+        def done() -> None:  # its output ended: whoever waits for its `ready` stops waiting
+            with self.ready_cond:
+                self.ended.add(name)
+                self.ready_cond.notify_all()
+
+        pump(proc.popen.stdout, sink, done)
         self.clients[name] = proc
         return proc
 
@@ -446,6 +480,8 @@ def _play(world: World, options: Options, history: History, log: Callable[[str],
     world.start_routers()
     log(f"routers up: {', '.join(r.id for r in world.routers.values())}")
     hook("routers", world)
+    if options.spark:  # its session takes long to build: meanwhile, the rest starts
+        world.start_spark()
     if options.relay:
         world.start_relay()
         log(f"relay {RELAY_ID} up on {world.client_hosts[0]}")
@@ -460,7 +496,7 @@ def _play(world: World, options: Options, history: History, log: Callable[[str],
         if options.mqtt:
             world.start_mqtt_publisher(i)
     if options.spark:
-        world.start_spark()
+        world.go_spark(SPARK_START)
     pubs = [f"p{i + 1}" for i in range(n)] + ([f"q{i + 1}" for i in range(n)]
                                                if options.mqtt else [])
     pubs += [SPARK_PUB] if options.spark else []
@@ -479,7 +515,8 @@ def _play(world: World, options: Options, history: History, log: Callable[[str],
     nemesis.actions["pubkill"] = world.kill_publisher
     nemesis.run(plans, log)
     hook("faults", world)
-    world.stop_agents(pubs, 90)
+    # (The Spark agent lets its batch in progress commit, then stops its query and session.)
+    world.stop_agents(pubs, 180 if options.spark else 90)
     history.wait(lambda h: h.owed_all_processed(), options.drain_timeout, "the drain")
     world.stop_agents(history.subscribers, 30)
     log("clients stopped")
