@@ -269,14 +269,19 @@ class World:
     def start_spark(self) -> None:
         """The Spark job (tests/hosts/spark.py) on the last client host, publishing to
         devices/bed/commands/k1 as `ingest` over amqps (its password in a file, option
-        `passwordFile`), its routers from its own outwards. It builds its session and waits
-        for `go` (`go_spark`) to start its query."""
+        `passwordFile`), to its own router only: the sink's publishers cannot report a move
+        to another router to the history, and after a move the order of the messages in
+        flight is not promised (docs/guarantees.md), so the checker could not tell a move
+        from a reordering (seen: a partition's publisher that left C for B by its 3 s idle
+        timeout, 110 rows reordered at s3). It builds its session and waits for `go`
+        (`go_spark`) to start its query."""
         i = self.n - 1
         secret = self.dir / "spark.pw"
         secret.write_text(USERS["ingest"] + "\n")
         secret.chmod(0o600)
         self._agent(self.client_hosts[i], SPARK_PUB,
-                    ["--urls", self.urls(i), "--topic", f"devices/bed/commands/{SPARK_PUB}",
+                    ["--urls", self.urls(i).split(",")[0],
+                     "--topic", f"devices/bed/commands/{SPARK_PUB}",
                      "--rate", f"{self.options.spark_rate:g}", "--password-file", str(secret),
                      "--work", str(self.dir / "spark"),
                      "--subscribers", ",".join(self.history.subscribers)],
