@@ -32,6 +32,13 @@ def parse(argv: list[str] | None = None) -> Options:
                         help="peer links (default: the templates' `connect` lines)")
     parser.add_argument("--mqtt", action="store_true",
                         help="MQTT clients too (paho, QoS 2 over TLS) on every client host")
+    parser.add_argument("--relay", action="store_true",
+                        help="a relay agent on c1 with a sometimes connected subscriber r1")
+    parser.add_argument("--spark", action="store_true",
+                        help="a Spark streaming job (local mode) publishing through the "
+                        "exactmesh data source on the last client host")
+    parser.add_argument("--spark-rate", type=float, default=5.0,
+                        help="rows per second of the Spark stream (one batch a second)")
     parser.add_argument("--unreachable-timeout", type=float, default=3.0)
     parser.add_argument("--out", type=Path, default=Options.out,
                         help="where the run's JSON file goes")
@@ -45,8 +52,8 @@ def parse(argv: list[str] | None = None) -> Options:
     return Options(scenario=args.scenario, seed=args.seed, cycles=args.cycles,
                    routers=args.hosts, rate=args.rate, kinds=kinds, templates=args.templates,
                    topology=args.topology, unreachable_timeout=args.unreachable_timeout,
-                   mqtt=args.mqtt,
-                   out=args.out)
+                   mqtt=args.mqtt, relay=args.relay, spark=args.spark,
+                   spark_rate=args.spark_rate, out=args.out)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -11,6 +11,8 @@ machine), which the controller turns into the history (tests/hosts/history.py):
 - publisher: `invoke` (pub, inc, seq), then `ok` or `fail` (cond, failed, in_doubt, desc);
 - subscriber: `recv` (sub, pub, inc, seq, red: the SDK's redelivered flag, dc, and the
   router's delivery tag);
+- a subscriber behind a relay (`--relay URL`) that goes away now and then (`--away-every
+  S --away-for S`: `disconnect()`, then `connect()`): advisories `away` and `back` too;
 - both: `adv` (the SDK's advisories: connected, disconnected, no response), `ready`,
   and `stats` (the SDK's counts) when it stops; `error` if it cannot go on.
 
@@ -161,12 +163,29 @@ def run_subscriber(args: argparse.Namespace) -> int:
     stop = threading.Event()
     _stop_on_stdin(stop)
     name = args.id
-    sub = Subscriber(args.urls.split(","), args.filter, id=name, state_dir=args.state_dir,
-                     durable=True, timeout=args.timeout, login=_login(args),
-                     on_advisory=_advisory(name), **_idle(args))
+    relay = args.relay or None
+    sub = Subscriber(None if relay else args.urls.split(","), args.filter, id=name,
+                     relay=relay, state_dir=args.state_dir, durable=True,
+                     timeout=args.timeout, login=_login(args), on_advisory=_advisory(name),
+                     **_idle(args))
     emit("ready", who=name)
+    # A sometimes-connected listener (`--away-every`, behind a relay): the load's pattern,
+    # not a synchronisation. It goes away cleanly (disconnect) and comes back (connect).
+    back_at = None
+    away_at = time.monotonic() + args.away_every if args.away_every else None
     try:
         while not stop.is_set():
+            now = time.monotonic()
+            if away_at is not None and now >= away_at:
+                sub.disconnect()
+                emit("adv", who=name, kind="away", url=relay, detail="disconnect() returned")
+                away_at, back_at = None, now + args.away_for
+            if back_at is not None:
+                if stop.wait(max(0.0, back_at - time.monotonic())):
+                    break
+                sub.connect()
+                emit("adv", who=name, kind="back", url=relay, detail="connect()")
+                back_at, away_at = None, time.monotonic() + args.away_every
             msg = sub.receive(timeout=0.1)
             if msg is None:
                 continue
@@ -384,6 +403,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--idle-timeout", type=float,
                         help="AMQP idle timeout: how long a silent router is waited for before "
                              "failing over (default: the SDK's)")
+    parser.add_argument("--relay", default="",
+                        help="subscriber: listen through this relay (amqp(s)://HOST:PORT)")
+    parser.add_argument("--away-every", type=float, default=0.0,
+                        help="subscriber: disconnect after this many seconds connected ...")
+    parser.add_argument("--away-for", type=float, default=2.0,
+                        help="... and connect again after this many seconds away")
     parser.add_argument("--ca")
     parser.add_argument("--user")
     parser.add_argument("--no-verify-name", action="store_true")

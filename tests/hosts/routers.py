@@ -235,7 +235,8 @@ class RouterHost:
         (by id): from gossip (`knows subscriber ID/sub/ID@R`) or attached here."""
         # (MQTT subscribers, m1...: their own router logs no attach line; the join rule,
         # docs/guarantees.md "Partitions", covers a router that does not know them yet.)
-        keys = [f"{s}/sub/{s}" for s in subscribers if s.startswith("s")]
+        # (r1, behind the relay, is an SDK subscriber too: `knows subscriber r1/sub/r1@R`.)
+        keys = [f"{s}/sub/{s}" for s in subscribers if s[0] in "sr"]
 
         def knows(lines: list[str]) -> bool:
             return all(any(f"knows subscriber {k}@" in line
@@ -247,3 +248,16 @@ class RouterHost:
     def wait_logged(self, text: str, timeout: float = 15.0) -> None:
         self.log.wait(lambda lines: any(text in line for line in lines), timeout,
                       f"router {self.id} to log {text!r}")
+
+
+class RelayHost(RouterHost):
+    """`exactmesh relay` on a client host (docs/relay.md): started, waited for and signalled
+    like a router, from its command line (a relay takes flags, not a TOML file)."""
+
+    def __init__(self, bed: Testbed, host: str, relay_id: str, argv: list[str],
+                 log_dir: Path) -> None:
+        super().__init__(bed, host, relay_id, Path(), log_dir)
+        self._argv = argv
+
+    def argv(self) -> list[str]:
+        return [EXACTMESH, "relay", *self._argv]

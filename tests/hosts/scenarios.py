@@ -7,6 +7,12 @@ devices/#, durable, with a state directory), both over amqps, their routers' URL
 from ri outwards. Every subscriber is owed every message: publishers start only once every
 router knows every subscriber.
 
+Options for long runs (docs/testbed.md, "The clients"): `--relay` adds a secured relay agent
+on c1 (`exactmesh relay`, docs/relay.md) with a durable, sometimes connected SDK subscriber
+r1 behind it; `--spark` adds a Spark Structured Streaming job in local mode on the last
+client host publishing a numbered stream (k1) through the exactmesh data source
+(tests/hosts/spark.py).
+
 - `line3`: the guarantee under kill, pause, partition, one-way partition and isolation;
   every check must come out 0.
 - `broken`: the same, but publisher p1 keeps its outbox in memory (no state directory) and
@@ -24,6 +30,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import tomllib
 from collections.abc import Callable
@@ -34,7 +41,16 @@ from typing import Any
 from tests.hosts.history import History, Report, check, write_json
 from tests.hosts.nemesis import KINDS, Layout, Nemesis, Plan, schedule
 from tests.hosts.netns import Proc, Testbed
-from tests.hosts.routers import ROOT, RouterHost, load_templates, make_etc, pump, render, to_toml
+from tests.hosts.routers import (
+    ROOT,
+    RelayHost,
+    RouterHost,
+    load_templates,
+    make_etc,
+    pump,
+    render,
+    to_toml,
+)
 
 USERS = {"ingest": "ingest password", "operator": "operator password"}
 FILTER = "devices/#"
@@ -43,6 +59,15 @@ SCENARIOS = ("line3", "broken", "failover", "restart-isolated")
 # fault, so that a pause or a cut is ridden out on the same connection (a killed router still
 # makes them fail over at once). `failover` keeps the SDK's default (1 s; 2.5 s logged in).
 RIDE_OUT = 8.0
+# `--relay`: the relay agent on client host c1 (its id in the mesh, its listeners' ports) and
+# the subscriber behind it, away `RELAY_AWAY[1]` seconds every `RELAY_AWAY[0]` seconds.
+RELAY_ID, RELAY_AMQP, RELAY_AMQPS = "R1", 5800, 5801
+RELAY_SUB = "r1"
+RELAY_AWAY = (10.0, 2.0)
+# `--spark`: the Spark stream's publisher name (bodies k1.INC.SEQ), on the last client host.
+SPARK_PUB = "k1"
+# Spark's session and first batch take minutes on 2 busy cores (about 4 with a load of 30).
+SPARK_START = 600.0
 
 
 @dataclass
@@ -64,6 +89,12 @@ class Options:
     # MQTT clients too: on every client host a paho subscriber (m1, ...) and publisher (q1,
     # ...) over MQTT 5 with TLS and a log-in, QoS 2, on the host's own router.
     mqtt: bool = False
+    # A relay agent on c1 with a durable, sometimes connected SDK subscriber r1 behind it.
+    relay: bool = False
+    # A Spark Structured Streaming job (local mode) on the last client host publishing
+    # `spark_rate` rows a second through the exactmesh data source (publisher k1).
+    spark: bool = False
+    spark_rate: float = 5.0
     # Filled by the scenario.
     memory_publishers: set[str] = field(default_factory=set)
     extra_kinds: tuple[str, ...] = ()
@@ -81,6 +112,12 @@ class Options:
             words.append(f"--topology {self.topology}")
         if self.mqtt:
             words.append("--mqtt")
+        if self.relay:
+            words.append("--relay")
+        if self.spark:
+            words.append("--spark")
+            if self.spark_rate != default.spark_rate:
+                words.append(f"--spark-rate {self.spark_rate:g}")
         if self.templates != default.templates:
             words.append(f"--templates {self.templates}")
         if self.unreachable_timeout != default.unreachable_timeout:
@@ -118,6 +155,10 @@ class World:
         self.logs = run_dir / "logs"
         self.logs.mkdir()
         self.files: dict[str, Path] = {}
+        self.relay: RelayHost | None = None
+        self.ready: set[str] = set()  # agents that said `ready`
+        self.ended: set[str] = set()  # agents whose output ended
+        self.ready_cond = threading.Condition()
 
     # ------------------------------------------------------------------ routers
 
@@ -127,7 +168,9 @@ class World:
         ids += [chr(ord("A") + i) for i in range(len(ids), self.n)]
         address = {r: self.bed.hosts[h].address for r, h in zip(ids, self.router_hosts,
                                                                  strict=True)}
-        self.files = make_etc(self.dir / "etc", ids, address, USERS,
+        relay = {RELAY_ID: self.bed.hosts[self.client_hosts[0]].address} if (
+            self.options.relay) else {}  # the relay's certificate too, from the cluster CA
+        self.files = make_etc(self.dir / "etc", [*ids, *relay], {**address, **relay}, USERS,
                               self.options.templates / "acl")
         listen_port = {r: str(templates[min(i, len(templates) - 1)]["listen"]).rpartition(":")[2]
                        for i, r in enumerate(ids)}
@@ -171,22 +214,102 @@ class World:
 
     def urls(self, index: int) -> str:
         """amqps URLs of the routers, from client host `index`'s own router outwards."""
-        order = sorted(range(self.n), key=lambda j: (abs(j - index), j))
         out = []
-        for j in order:
+        for j in self._outwards(index):
             router = self.routers[self.router_hosts[j]]
             port = _port(router.config, "amqps")
             out.append(f"amqps://{router.address}:{port}")
         return ",".join(out)
 
+    def _outwards(self, index: int) -> list[int]:
+        return sorted(range(self.n), key=lambda j: (abs(j - index), j))
+
+    # ------------------------------------------------------------------ the relay
+
+    def start_relay(self, timeout: float = 30.0) -> None:
+        """`exactmesh relay` on client host c1, as docs/relay.md ("A secured relay") starts
+        one: linked to the routers' mesh listeners (`listen`), from c1's router outwards;
+        client security and peer TLS from router A's file (the same cluster, secret, CAs,
+        password file and ACL), its own certificate for c1's address from the cluster CA; its
+        store in the run's directory. The plain AMQP listener stays on loopback."""
+        host = self.client_hosts[0]
+        address = self.bed.hosts[host].address
+        tables = {h: tomllib.loads(r.config.read_text())["router"]
+                  for h, r in self.routers.items()}
+        first = tables[self.router_hosts[0]]
+        mesh = [str(tables[self.router_hosts[j]]["listen"]) for j in self._outwards(0)]
+        cert = str(self.files[f"/etc/exactmesh/tls/{RELAY_ID}.crt"])
+        key = str(self.files[f"/etc/exactmesh/tls/{RELAY_ID}.key"])
+        argv = ["--id", RELAY_ID, "--mesh", ",".join(mesh),
+                "--amqp", f"127.0.0.1:{RELAY_AMQP}", "--amqps", f"{address}:{RELAY_AMQPS}",
+                "--store", str(self.dir / "relay-store"), "--log-level", "debug",
+                "--tls-cert", cert, "--tls-key", key,
+                "--peer-tls-cert", cert, "--peer-tls-key", key]
+        for option in ("cluster", "cluster-secret-file", "tls-ca", "tls-client-cert",
+                       "password-file", "acl-file", "max-connections",
+                       "max-connections-per-host", "max-connections-per-user", "peer-tls-ca"):
+            if option in first:
+                argv += [f"--{option}", str(first[option])]
+        if first.get("peer-tls-required"):
+            argv.append("--peer-tls-required")
+        self.relay = RelayHost(self.bed, host, RELAY_ID, argv, self.logs)
+        self.relay.start(timeout)
+        self.relay.wait_logged(f"link to {self.routers[self.router_hosts[0]].id} up", timeout)
+
+    def start_relay_subscriber(self) -> None:
+        address = self.bed.hosts[self.client_hosts[0]].address
+        self._agent(self.client_hosts[0], RELAY_SUB,
+                    ["sub", "--relay", f"amqps://{address}:{RELAY_AMQPS}", "--filter", FILTER,
+                     "--state-dir", str(self.dir / "state" / RELAY_SUB),
+                     "--away-every", str(RELAY_AWAY[0]), "--away-for", str(RELAY_AWAY[1])],
+                    "operator")
+
+    # ------------------------------------------------------------------ Spark
+
+    def start_spark(self) -> None:
+        """The Spark job (tests/hosts/spark.py) on the last client host, publishing to
+        devices/bed/commands/k1 as `ingest` over amqps (its password in a file, option
+        `passwordFile`), to its own router only: the sink's publishers cannot report a move
+        to another router to the history, and after a move the order of the messages in
+        flight is not promised (docs/guarantees.md), so the checker could not tell a move
+        from a reordering (seen: a partition's publisher that left C for B by its 3 s idle
+        timeout, 110 rows reordered at s3). It builds its session and waits for `go`
+        (`go_spark`) to start its query."""
+        i = self.n - 1
+        secret = self.dir / "spark.pw"
+        secret.write_text(USERS["ingest"] + "\n")
+        secret.chmod(0o600)
+        self._agent(self.client_hosts[i], SPARK_PUB,
+                    ["--urls", self.urls(i).split(",")[0],
+                     "--topic", f"devices/bed/commands/{SPARK_PUB}",
+                     "--rate", f"{self.options.spark_rate:g}", "--password-file", str(secret),
+                     "--work", str(self.dir / "spark"),
+                     "--subscribers", ",".join(self.history.subscribers)],
+                    "ingest", module="tests.hosts.spark")
+
+    def go_spark(self, timeout: float) -> None:
+        """Wait (with a deadline) until the Spark agent's session is up, then start its query."""
+        proc = self.clients[SPARK_PUB]
+        with self.ready_cond:
+            if not self.ready_cond.wait_for(
+                    lambda: SPARK_PUB in self.ready or SPARK_PUB in self.ended, timeout):
+                raise TimeoutError(f"the Spark agent was not ready within {timeout:g} s")
+        if SPARK_PUB not in self.ready:
+            raise RuntimeError(f"the Spark agent ended: see {self.logs}/{SPARK_PUB}-1.err")
+        stdin = proc.popen.stdin
+        assert stdin is not None
+        stdin.write("go\n")
+        stdin.flush()
+
     # ------------------------------------------------------------------ clients
 
-    def _agent(self, host: str, name: str, argv: list[str], user: str) -> Proc:
+    def _agent(self, host: str, name: str, argv: list[str], user: str,
+               module: str = "tests.hosts.clients") -> Proc:
         env = dict(os.environ, XM_PASSWORD=USERS[user], PYTHONUNBUFFERED="1")
         if self.options.client_idle_timeout is not None:
             argv = [*argv, "--idle-timeout", str(self.options.client_idle_timeout)]
         err = open(self.logs / f"{name}-{self.incarnation.get(name, 1)}.err", "w")  # noqa: SIM115
-        proc = self.bed.spawn(host, [sys.executable, "-m", "tests.hosts.clients", *argv,
+        proc = self.bed.spawn(host, [sys.executable, "-m", module, *argv,
                                      "--id", name, "--user", user, "--no-verify-name",
                                      "--ca", str(self.files["/etc/exactmesh/tls/cluster-ca.crt"])],
                               label=name, stdout=subprocess.PIPE, stdin=subprocess.PIPE,
@@ -199,9 +322,18 @@ class World:
                 event = json.loads(line)
             except ValueError:
                 return
+            if event.get("e") == "ready":
+                with self.ready_cond:
+                    self.ready.add(str(event.get("who")))
+                    self.ready_cond.notify_all()
             history.record(event)
 
-        pump(proc.popen.stdout, sink, lambda: None)
+        def done() -> None:  # its output ended: whoever waits for its `ready` stops waiting
+            with self.ready_cond:
+                self.ended.add(name)
+                self.ready_cond.notify_all()
+
+        pump(proc.popen.stdout, sink, done)
         self.clients[name] = proc
         return proc
 
@@ -247,6 +379,10 @@ class World:
                 if host != self.router_hosts[i]:
                     router.wait_logged(f"router {router.id}: knows subscriber {key}@{home.id}",
                                        timeout)
+        if self.options.relay:  # r1's home is the relay: every router learns it by gossip
+            for router in self.routers.values():
+                router.wait_logged(f"router {router.id}: knows subscriber "
+                                   f"{RELAY_SUB}/sub/{RELAY_SUB}@{RELAY_ID}", timeout)
 
     def stop_agents(self, names: list[str], timeout: float) -> None:
         """Tell each agent to stop (a publisher flushes first); wait for every one, up to
@@ -318,7 +454,8 @@ def run(options: Options, hook: Hook | None = None) -> Report:
         lambda s: print(f"[{time.strftime('%H:%M:%S')}] {s}", flush=True))
     n = options.routers
     history = History([f"s{i + 1}" for i in range(n)] +
-                      ([f"m{i + 1}" for i in range(n)] if options.mqtt else []))
+                      ([f"m{i + 1}" for i in range(n)] if options.mqtt else []) +
+                      ([RELAY_SUB] if options.relay else []))
     hosts = [f"r{i + 1}" for i in range(n)] + [f"c{i + 1}" for i in range(n)]
     run_name = ""
     with Testbed(hosts) as bed:
@@ -348,6 +485,12 @@ def _play(world: World, options: Options, history: History, log: Callable[[str],
     world.start_routers()
     log(f"routers up: {', '.join(r.id for r in world.routers.values())}")
     hook("routers", world)
+    if options.spark:  # its session takes long to build: meanwhile, the rest starts
+        world.start_spark()
+    if options.relay:
+        world.start_relay()
+        log(f"relay {RELAY_ID} up on {world.client_hosts[0]}")
+        world.start_relay_subscriber()
     for i in range(n):
         world.start_subscriber(i)
         if options.mqtt:
@@ -357,10 +500,15 @@ def _play(world: World, options: Options, history: History, log: Callable[[str],
         world.start_publisher(i)
         if options.mqtt:
             world.start_mqtt_publisher(i)
+    if options.spark:
+        world.go_spark(SPARK_START)
     pubs = [f"p{i + 1}" for i in range(n)] + ([f"q{i + 1}" for i in range(n)]
                                                if options.mqtt else [])
-    if not history.wait(lambda h: h.every_sub_got_from(pubs), 30, "the first messages"):
-        raise TimeoutError("the first messages did not reach every subscriber within 30 s")
+    pubs += [SPARK_PUB] if options.spark else []
+    first = SPARK_START if options.spark else 30.0
+    if not history.wait(lambda h: h.every_sub_got_from(pubs), first, "the first messages"):
+        raise TimeoutError(f"the first messages did not reach every subscriber within "
+                           f"{first:g} s")
     log("clients up; every subscriber receives")
     hook("clients", world)
     layout = Layout(world.router_hosts, dict(zip(world.router_hosts, world.client_hosts,
@@ -372,7 +520,8 @@ def _play(world: World, options: Options, history: History, log: Callable[[str],
     nemesis.actions["pubkill"] = world.kill_publisher
     nemesis.run(plans, log)
     hook("faults", world)
-    world.stop_agents(pubs, 90)
+    # (The Spark agent lets its batch in progress commit, then stops its query and session.)
+    world.stop_agents(pubs, 180 if options.spark else 90)
     history.wait(lambda h: h.owed_all_processed(), options.drain_timeout, "the drain")
     world.stop_agents(history.subscribers, 30)
     log("clients stopped")
