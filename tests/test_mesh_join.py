@@ -46,12 +46,25 @@ def subscriber_at_a(mesh: Mesh) -> tuple[Subscriber, ClientThread]:
 
 
 @contextmanager
-def restarted_cut_off(mesh: Mesh) -> Iterator[None]:
-    """B restarts while A is paused: until A resumes, B cannot hear A's subscriptions."""
-    with paused(mesh, "A"):
-        mesh["B"].kill()
-        mesh["B"].restart()
+def restarted_cut_off(mesh: Mesh, router: str = "B", peer: str = "A") -> Iterator[None]:
+    """`router` restarts while `peer` is paused: until it resumes, `router` cannot hear the
+    subscriptions behind it."""
+    with paused(mesh, peer):
+        mesh[router].kill()
+        mesh[router].restart()
         yield
+
+
+def held_publisher(mesh: Mesh, router: str, n: int,
+                   window: int) -> tuple[Publisher, ClientThread]:
+    """A publisher at `router` of `n` messages sends a window of them, and none is answered
+    while the router cannot know who is owed them."""
+    pub = Publisher(mesh[router].url, "join/x", numbered(n), window=window)
+    pubc = ClientThread(pub)
+    wait_for(lambda: pub.next >= window, 10, f"the publisher to send a window of {window}")
+    time.sleep(NOTHING_WINDOW)  # the router cannot know who is owed these: nothing is answered
+    assert pub.outcomes == {}, Counter(o.state for o in pub.outcomes.values())
+    return pub, pubc
 
 
 def test_a_router_restarted_cut_off_holds_messages_until_it_has_heard_the_mesh() -> None:
@@ -59,11 +72,7 @@ def test_a_router_restarted_cut_off_holds_messages_until_it_has_heard_the_mesh()
         sub, subc = subscriber_at_a(mesh)
         with restarted_cut_off(mesh):
             mesh["B"].wait_logged("waiting up to 30 s to hear the mesh's subscriptions")
-            pub = Publisher(mesh["B"].url, "join/x", numbered(50), window=20)
-            pubc = ClientThread(pub)
-            wait_for(lambda: pub.next >= 20, 10, "the publisher to send a window of 20")
-            time.sleep(NOTHING_WINDOW)  # B cannot know who is owed these: nothing is answered
-            assert pub.outcomes == {}, Counter(o.state for o in pub.outcomes.values())
+            pub, pubc = held_publisher(mesh, "B", 50, 20)
         mesh["B"].wait_logged("router B joined the mesh through A", 20)
         wait_outcomes(pub, 30)
         assert pub.states() == ["accepted"] * 50, Counter(pub.states())
@@ -111,15 +120,9 @@ def test_a_router_that_only_listens_waits_for_a_peer_too_then_serves_alone() -> 
         sub = Subscriber(mesh["B"].url, "join/#", "sub", container_id="app-b")
         subc = start_clients(sub)
         mesh.wait_knows("A", sub, "B")
-        with paused(mesh, "B"):
-            mesh["A"].kill()
-            mesh["A"].restart()
+        with restarted_cut_off(mesh, "A", "B"):
             mesh["A"].wait_logged("waiting up to 30 s to hear the mesh's subscriptions")
-            pub = Publisher(mesh["A"].url, "join/x", numbered(20), window=20)
-            pubc = ClientThread(pub)
-            wait_for(lambda: pub.next >= 20, 10, "the publisher to send its 20")
-            time.sleep(NOTHING_WINDOW)  # A cannot know who is owed these: nothing is answered
-            assert pub.outcomes == {}, Counter(o.state for o in pub.outcomes.values())
+            pub, pubc = held_publisher(mesh, "A", 20, 20)
         mesh["A"].wait_logged("router A joined the mesh through B", 20)
         wait_outcomes(pub, 30)
         assert pub.states() == ["accepted"] * 20, Counter(pub.states())
@@ -127,9 +130,7 @@ def test_a_router_that_only_listens_waits_for_a_peer_too_then_serves_alone() -> 
         stop_clients(subc, pubc)
 
     with start_mesh("line", 2, extra={"A": ["--join-timeout", "1"]}) as mesh:
-        with paused(mesh, "B"):
-            mesh["A"].kill()
-            mesh["A"].restart()
+        with restarted_cut_off(mesh, "A", "B"):
             mesh["A"].wait_logged("serving the subscribers it knows", 10)
             local = Subscriber(mesh["A"].url, "join/#", "local", container_id="app-a")
             pub = Publisher(mesh["A"].url, "join/x", numbered(3), window=3)
