@@ -194,6 +194,29 @@ def test_a_late_verdict_resolves_a_part_in_doubt_after_the_record_is_forgotten()
     assert not e.take_actions()  # the publisher was told already: nothing more to do
 
 
+def test_a_late_verdict_resolves_a_part_in_doubt_while_the_record_is_still_live() -> None:
+    """The same late verdict, come before the publisher settled: the live record keeps the
+    resolution (its status shows it), and the ledger entry made when it is forgotten starts
+    from it, so the answer is not lost for having come early."""
+    e = EngineDriver(EngineConfig(router_id="A"))
+    e.remote_subscriber_added("B", "app/got", "t")
+    e.attach_publisher(9, LinkIdentity("c", "pub"), "t", "all")
+    e.message(9, b"1", b"m1")
+    (fwd,) = [a for a in e.take_actions() if isinstance(a, Forward)]
+    e.peer_lost("B", "was on router B, unreachable for 3 s")
+    assert _failure(e).info[IN_DOUBT] == ["app/got@B"]
+    e.peer_verdict("B", fwd.msg_id, True, {})  # B heals: its subscriber had accepted it
+    rec = e.engine.find(fwd.msg_id)
+    assert rec is not None
+    said = {"app/got@B": {"accepted": True, "router": "B", "reason": None}}
+    assert rec.resolved == said
+    assert not e.take_actions()  # the publisher's answer stands
+    e.publisher_settled(9, b"1")
+    e.take_actions()
+    doubt = e.engine.doubt(fwd.msg_id)
+    assert doubt is not None and doubt.resolved == said and doubt.still_in_doubt() == []
+
+
 def test_doubts_are_bounded_and_kept_only_for_failures_with_someone_in_doubt() -> None:
     e = EngineDriver(EngineConfig(router_id="A", doubts_kept=2))
     e.remote_subscriber_added("B", "app/far", "t")

@@ -75,22 +75,31 @@ class Doubts:
         doubt = self._by_id.get(msg_id)
         if doubt is None:
             return []
-        suffix = f"@{router}"
-        wanted = None if keys is None else {f"{key}{suffix}" for key in keys}
-        succeeded = status.get("succeeded", ())
-        failed = status.get("failed", ())
-        unsure = status.get(IN_DOUBT, ())
-        reasons = status.get("reasons", {})
-        done = []
-        for label in doubt.still_in_doubt():
-            if not label.endswith(suffix) or (wanted is not None and label not in wanted):
-                continue
-            if (accepted and not status) or label in succeeded:
-                doubt.resolved[label] = {"accepted": True, "router": router, "reason": None}
-            elif label in failed and label not in unsure:
-                doubt.resolved[label] = {"accepted": False, "router": router,
-                                         "reason": reasons.get(label, "failed")}
-            else:
-                continue  # its router does not know either (it lost the answer too)
-            done.append(label)
-        return done
+        return resolve(doubt.still_in_doubt(), doubt.resolved, router, accepted, status, keys)
+
+
+def resolve(in_doubt: list[str], resolved: dict[str, dict[str, Any]], router: str,
+            accepted: bool, status: dict[str, Any], keys: list[str] | None) -> list[str]:
+    """Resolve, into `resolved`, the labels of `in_doubt` that router `router`'s verdict
+    (`accepted`, its record's `status`, for its subscribers `keys`, all if None) answers for:
+    a record that is forgotten (`Doubts`) or still live (`Record.resolved`). Returns them."""
+    suffix = f"@{router}"
+    wanted = None if keys is None else {f"{key}{suffix}" for key in keys}
+    succeeded = status.get("succeeded", ())
+    failed = status.get("failed", ())
+    unsure = status.get(IN_DOUBT, ())
+    reasons = status.get("reasons", {})
+    done = []
+    for label in in_doubt:
+        if label in resolved or not label.endswith(suffix) or (
+                wanted is not None and label not in wanted):
+            continue
+        if (accepted and not status) or label in succeeded:
+            resolved[label] = {"accepted": True, "router": router, "reason": None}
+        elif label in failed and label not in unsure:
+            resolved[label] = {"accepted": False, "router": router,
+                               "reason": reasons.get(label, "failed")}
+        else:
+            continue  # its router does not know either (it lost the answer too)
+        done.append(label)
+    return done

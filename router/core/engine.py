@@ -43,7 +43,7 @@ from .actions import (
     Unhold,
     Verdict,
 )
-from .doubts import Doubt, Doubts
+from .doubts import Doubt, Doubts, resolve
 from .events import (
     NO_LOCAL,
     AwayLearned,
@@ -652,6 +652,7 @@ class Engine(FailoverMixin):
             rec = self._mesh_records.get((self.config.router_id, msg_id))
             if rec is None:
                 return
+        asked = keys
         if keys is None:
             keys = [k for k, p in rec.peers.items() if p.router == router]
         failed = status.get("failed", ())
@@ -671,8 +672,21 @@ class Engine(FailoverMixin):
                           label in status.get(IN_DOUBT, ()))
             else:  # answered for, but named nowhere: it cannot be counted as accepted
                 move_part(rec, part, Step.FAIL, f"got no outcome from router {router}")
+        if rec.failed:
+            self._resolve_live(rec, router, accepted, status, asked)
         self._decide(rec)
         self._maybe_forget(rec)
+
+    def _resolve_live(self, rec: Record, router: str, accepted: bool, status: dict[str, Any],
+                      keys: list[str] | None) -> None:
+        """A verdict that comes for parts this live record failed in doubt (their router was
+        given up, then answered) resolves them as for a forgotten record (doubts.py)."""
+        unsure = [p.label for p in rec.peers.values()
+                  if p.state == PartState.FAILED and p.doubt]
+        if unsure:
+            if rec.resolved is None:
+                rec.resolved = {}
+            resolve(unsure, rec.resolved, router, accepted, status, keys)
 
     def _remote_forget(self, origin: str, msg_id: str, accepted: bool | None,
                        description: str, info: dict[str, Any] | None) -> None:
@@ -1374,7 +1388,7 @@ class Engine(FailoverMixin):
             pub = rec.publisher
             self._doubts.keep(Doubt(rec.id, rec.address, rec.mode,
                                     pub.label if pub is not None else None, outcome.condition,
-                                    outcome.description, status))
+                                    outcome.description, status, dict(rec.resolved or {})))
 
     # ------------------------------------------------------------------ relay store
 

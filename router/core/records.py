@@ -253,6 +253,7 @@ class Record:
         "pub_tag",
         "publisher",
         "released",
+        "resolved",
         "role",
         "seq",
         "stored",
@@ -293,6 +294,9 @@ class Record:
         self.copies: dict[int, Copy] = {}  # by subscriber sid
         self.peers: dict[str, PeerPart] = {}  # by remote subscriber key (origin side only)
         self.told: set[str] = set()  # routers it was forwarded to: they hear the forget
+        # Parts failed in doubt that their router answered for since (doubts.py `resolve`):
+        # label -> {"accepted", "router", "reason"}. None until the first.
+        self.resolved: dict[str, dict[str, Any]] | None = None
         # Its publisher sent it as a new message, not as a possible resend (MQTT DUP=0, a tag
         # it did not declare on resume), and a record of that came here as a plain forward:
         # its tombstone then answers no other origin's plain forward of the same id, which is

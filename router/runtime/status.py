@@ -226,6 +226,7 @@ def delivery_status(router: str, rec: Record) -> JsonBody:
     """The STATUS answer for one record: the merge `Record.status` makes of local copies and
     (at the origin router) other routers' verdicts."""
     status = rec.status()
+    resolved = dict(rec.resolved or {})
     return {
         "router": router,
         "id": rec.id,
@@ -236,8 +237,8 @@ def delivery_status(router: str, rec: Record) -> JsonBody:
         "failed": status["failed"],
         "pending": status["pending"],
         "reasons": status["reasons"],
-        "in_doubt": status.get(IN_DOUBT, []),
-        "resolved": {},
+        "in_doubt": [label for label in status.get(IN_DOUBT, []) if label not in resolved],
+        "resolved": resolved,
         "origin": rec.origin or router,
         "publisher": rec.publisher.label if rec.publisher is not None else None,
         "forgotten": False,

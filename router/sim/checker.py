@@ -742,11 +742,12 @@ class Checker:
         """A part in doubt that the origin resolved later (router/core/doubts.py) says
         whether that subscriber processed the message: it must be true."""
         problems = []
-        for doubt in router.engine._doubts:
-            msg = self.msgs.get(doubt.id)
+        live = [(rec.id, rec.resolved) for rec in router.engine.records.values() if rec.resolved]
+        for msg_id, resolved in [(d.id, d.resolved) for d in router.engine._doubts] + live:
+            msg = self.msgs.get(msg_id)
             if msg is None:
                 continue
-            for label, said in doubt.resolved.items():
+            for label, said in resolved.items():
                 sub = msg.owed.get(key_of(label))
                 if sub is None:
                     continue
