@@ -54,6 +54,11 @@ class PeerSettings:
     max_frame: int = 2 * 1024 * 1024
     reconnect_min: float = 0.05
     reconnect_max: float = 1.0
+    # A dialled handshake that timed out is tried again with twice the time, up to this many
+    # times `handshake_timeout`; a listener allows that longest time from the start. A peer
+    # that is up but starved of CPU answers slowly: on the test bed (load 24 on 2 cores) a
+    # restarted router retried a 2 s handshake for 30 s and never linked back.
+    handshake_patience: int = 8
     # Mutual TLS for peer links (both set, or neither): contexts for accepted connections
     # (server side) and for the ones we dial (client side). Built by `RouterConfig.peer_tls`.
     tls_server: ssl.SSLContext | None = None
@@ -62,6 +67,10 @@ class PeerSettings:
     @property
     def handshake_timeout(self) -> float:
         return max(2 * self.heartbeat, 2.0)
+
+    @property
+    def handshake_timeout_max(self) -> float:
+        return self.handshake_timeout * self.handshake_patience
 
     @property
     def connect_timeout(self) -> float:
@@ -85,8 +94,8 @@ class PeerLink:
     """One connection to a peer router. The node only ever sees links that are up
     (authenticated and registered); `peer` and `peer_inc` are set from then on."""
 
-    def __init__(self, manager: PeerManager, addr: str, outgoing: bool) -> None:
-        s = manager.settings
+    def __init__(self, manager: PeerManager, addr: str, outgoing: bool,
+                 handshake_timeout: float) -> None:
         self.peer = ""
         self.peer_inc = 0
         self.outgoing = outgoing
@@ -95,6 +104,7 @@ class PeerLink:
         self.closed = False
         self.reason: str | None = None  # why it closed
         self._manager = manager
+        s = manager.settings
         self._handshake = Handshake(s.router_id, s.inc, s.cluster, s.secret)
         self._established = trio.Event()
         self._out = bytearray()
@@ -103,7 +113,9 @@ class PeerLink:
         self._scope: trio.CancelScope | None = None
         self._last_sent = self._last_recv = trio.current_time()
         # TLS and the HMAC handshake together must be done by then.
-        self._handshake_deadline = self._last_recv + s.handshake_timeout
+        self.handshake_timeout = handshake_timeout
+        self._handshake_deadline = self._last_recv + handshake_timeout
+        self.handshake_timed_out = False
 
     def __repr__(self) -> str:
         return f"<PeerLink {self._describe()}{' closed' if self.closed else ''}>"
@@ -196,9 +208,9 @@ class PeerLink:
                             refuse=False, level=logging.WARNING)
                 return False
             return True
-        timeout = self._manager.settings.handshake_timeout
-        self._close(f"TLS handshake not complete within {timeout:g} s", refuse=False,
-                    level=logging.WARNING)
+        self.handshake_timed_out = True
+        self._close(f"TLS handshake not complete within {self.handshake_timeout:g} s",
+                    refuse=False, level=logging.WARNING)
         return False
 
     def _broken(self, exc: BaseException) -> None:
@@ -294,7 +306,8 @@ class PeerLink:
         with trio.move_on_at(self._handshake_deadline):
             await self._established.wait()
         if not self._established.is_set():
-            self._close(f"handshake not complete within {s.handshake_timeout:g} s",
+            self.handshake_timed_out = True
+            self._close(f"handshake not complete within {self.handshake_timeout:g} s",
                         level=logging.WARNING)
             return
         period = s.heartbeat / 3
@@ -354,6 +367,7 @@ class PeerManager:
         delay = s.reconnect_min
         failures = 0
         turn = 0
+        handshake = s.handshake_timeout
         while not self.closed:
             host, port = targets[turn % len(targets)]
             turn += 1
@@ -374,10 +388,15 @@ class PeerManager:
                 log.log(level, "peer %s: cannot connect: %s; retrying", addr, error)
                 failures += 1
             else:
-                link = await self._serve(stream, addr, outgoing=True)
+                link = await self._serve(stream, addr, True, handshake)
                 if link.peer:  # it got through the handshake: start again from the shortest delay
                     delay = s.reconnect_min
                     failures = 0
+                    handshake = s.handshake_timeout
+                elif link.handshake_timed_out and handshake < s.handshake_timeout_max:
+                    handshake = min(handshake * 2, s.handshake_timeout_max)
+                    log.info("peer %s: the next attempt allows the handshake %g s", addr,
+                             handshake)
                 # Another link to that router is up (this one lost the duplicate rule, or the
                 # peer connected to us meanwhile): reconnecting now would only be refused.
                 peer = link.peer or link._handshake.peer
@@ -408,10 +427,11 @@ class PeerManager:
             addr = "{}:{}".format(*stream.socket.getpeername()[:2])
         except OSError:
             addr = "?"
-        await self._serve(stream, addr, outgoing=False)
+        await self._serve(stream, addr, False, self.settings.handshake_timeout_max)
 
-    async def _serve(self, tcp: trio.SocketStream, addr: str, outgoing: bool) -> PeerLink:
-        link = PeerLink(self, addr, outgoing)
+    async def _serve(self, tcp: trio.SocketStream, addr: str, outgoing: bool,
+                     handshake_timeout: float) -> PeerLink:
+        link = PeerLink(self, addr, outgoing, handshake_timeout)
         self._all.add(link)
         s = self.settings
         context = s.tls_client if outgoing else s.tls_server

@@ -9,6 +9,7 @@ misbehave; `tests/proxy.py` cuts and restores a live connection.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import logging
 import socket
@@ -518,7 +519,8 @@ def test_silent_peer_is_declared_down_within_the_heartbeat(
 async def dropped_at_handshake_deadline(
     port: int, caplog: pytest.LogCaptureFixture, logged: str
 ) -> None:
-    """A raw connection that never speaks is closed at the 2 s handshake deadline, logged."""
+    """A raw connection that never speaks is closed at the 2 s handshake deadline, logged
+    (a listener started with `handshake_patience=1`: by default it allows 8 times that)."""
     raw = await trio.open_tcp_stream("127.0.0.1", port)
     started = trio.current_time()
     with trio.fail_after(4):
@@ -531,11 +533,48 @@ async def dropped_at_handshake_deadline(
 
 def test_a_handshake_that_never_completes_is_dropped(caplog: pytest.LogCaptureFixture) -> None:
     async def test(nursery: trio.Nursery) -> None:
-        _, rec_a, port_a = await start(nursery, "A")
+        _, rec_a, port_a = await start(nursery, "A", handshake_patience=1)
         await dropped_at_handshake_deadline(port_a, caplog, "handshake not complete within 2 s")
         assert rec_a.ups == Counter()
 
     run(test)
+
+
+async def _forward_late(client: trio.SocketStream, port: int, delay: float) -> None:
+    """Relay `client` to 127.0.0.1:`port` after `delay`: a peer that is up but slow to answer
+    (starved of CPU), seen from the side that dials it."""
+    await trio.sleep(delay)
+    upstream = await trio.open_tcp_stream("127.0.0.1", port)
+
+    async def pump(src: trio.SocketStream, dst: trio.SocketStream) -> None:
+        with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
+            while data := await src.receive_some(65536):
+                await dst.send_all(data)
+        with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
+            await dst.send_eof()
+
+    async with client, upstream, trio.open_nursery() as nursery:
+        nursery.start_soon(pump, client, upstream)
+        nursery.start_soon(pump, upstream, client)
+
+
+def test_a_slow_handshake_is_tried_again_with_more_time(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """A peer that answers its handshake after 2.5 s (the test bed's restarted router on a
+    loaded machine) links up at the second attempt, which allows 4 s: a fixed 2 s deadline
+    would retry for ever."""
+    async def test(nursery: trio.Nursery) -> None:
+        _, rec_a, port_a = await start(nursery, "A")
+        slow = await nursery.start(trio.serve_tcp, lambda c: _forward_late(c, port_a, 2.5), 0)
+        b, rec_b, _ = await start(nursery, "B")
+        nursery.start_soon(b.connect, "127.0.0.1", slow[0].socket.getsockname()[1])
+        await until(lambda: "A" in rec_b.up)
+        lines = mesh_lines(caplog)
+        assert any("handshake not complete within 2 s" in m and "outgoing" in m for m in lines)
+        assert any("the next attempt allows the handshake 4 s" in m for m in lines)
+        assert rec_b.ups["A"] == 1 and "B" in rec_a.up
+
+    run(test, limit=20)
 
 
 @pytest.mark.parametrize("case", ["secret", "cluster", "self"])

@@ -154,7 +154,7 @@ def test_plain_tcp_and_tls_do_not_mix(tmp_path: Path, cas: Any,
     tls_a, tls_c = (contexts(tls_files(tmp_path, ca, n)) for n in "AC")
 
     async def test(nursery: trio.Nursery) -> None:
-        a, rec_a, port_a = await start(nursery, "A", **tls_a)
+        a, rec_a, port_a = await start(nursery, "A", handshake_patience=1, **tls_a)
         d, rec_d, port_d = await start(nursery, "D")  # plain TCP
         c, rec_c, _ = await start(nursery, "C", **tls_c)
         # A plain peer dialling a TLS listener: A refuses it at the TLS handshake.
