@@ -405,16 +405,17 @@ def moves(h: History, pub: str) -> list[float]:
 
 def moved(h: History, late: Key) -> bool:
     """Whether `late`, received after a message published after it, was in flight when its
-    publisher moved to another router: published before the move, its outcome after. Its
-    copies at the old router and its resend at the new one are then two publications, which
-    docs/guarantees.md does not order against the publisher's others ("messages it published
-    at its old router and at its new one are not ordered against each other while both are
-    in flight")."""
+    publisher moved to another router: published before the move, and its outcome after it,
+    or a failure that left subscribers pending (its copies still travel to them: a part
+    failed early, say one behind an unreachable relay). Its copies at the old router and the
+    publisher's resends at the new one are then two publications, which docs/guarantees.md
+    does not order against each other ("messages it published at its old router and at its
+    new one are not ordered against each other while both are in flight")."""
     p = h.publishes.get(late)
     if p is None or p.at is None:
         return False
-    return any(p.at < t and (p.outcome_at is None or p.outcome_at > t)
-               for t in moves(h, late.pub))
+    done = None if p.pending else p.outcome_at
+    return any(p.at < t and (done is None or done > t) for t in moves(h, late.pub))
 
 
 def _fault_rows(h: History) -> list[dict[str, Any]]:
