@@ -996,9 +996,6 @@ class World(SdkClients):
             inc = self.rng.randrange(1, 2**62)  # what mesh/runtime.py does
         r = self.routers[victim] = self._wire(SimRouter(victim, inc, self.p))
         self.log(f"router {victim} restarts, incarnation {old.inc} -> {inc}")
-        # As mesh/runtime.py starts a router with peers: guaranteed messages wait until a
-        # peer's gossip told it the mesh's subscriptions, and fail past join-timeout.
-        r.mesh.start_joining(self.now, self.p.unreachable_timeout)
         self.restarted.setdefault(victim, []).append(self.now)
         self._schedule_tick(r)
         for key, link in sorted(self.links.items()):
