@@ -189,8 +189,10 @@ class Engine(FailoverMixin):
         self._stored_waiting = 0
         self._release_blocked: deque[Record] = deque()
         self._no_local = False  # a subscriber asked for No Local: `_message` checks for it
-        # Between MeshJoining and MeshJoined: guaranteed messages that arrived, in order. Each
-        # counts as live for its publisher, so the publisher window bounds them.
+        # Between MeshJoining and MeshJoined: the messages that arrived, in order (pre-settled
+        # ones too: one that passed would overtake its publisher's earlier guaranteed ones;
+        # simulator, failover seed 1342). Each counts as live for its publisher, so the
+        # publisher window bounds them.
         self._joining = False
         self._before_join: list[MessageArrived] = []
         # After MeshJoinTimedOut: why guaranteed messages fail at once until MeshJoined.
@@ -745,7 +747,7 @@ class Engine(FailoverMixin):
             )
             return
         pub.credit_out -= 1
-        if self._joining and not settled:
+        if self._joining and not (settled and self._join_failure):
             if self._join_failure:
                 self._not_routed(pub, ev)
             else:
@@ -869,7 +871,11 @@ class Engine(FailoverMixin):
         and publishing again is safe."""
         self._join_failure = description
         for pub, ev in self._take_waiting():
-            self._not_routed(pub, ev)
+            if ev.settled:  # at most once: to the subscribers it knows, as it would now
+                pub.credit_out += 1  # `_message` takes it again
+                self._message(ev)
+            else:
+                self._not_routed(pub, ev)
 
     def _take_waiting(self) -> list[tuple[Publisher, MessageArrived]]:
         """The messages that waited for the mesh, with their publishers, no longer counted
