@@ -20,6 +20,7 @@ import shutil
 import signal
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -333,3 +334,33 @@ def test_relay_clients() -> None:
     assert all(num(r["msgs/s"]) > 0 for r in rows.values()), out
     assert num(rows["away, relay"]["hand-over msg/s"]) > 0, out
     assert "every device got its messages once each, in order" in out
+
+
+def test_targets() -> None:
+    """`make bench` (benchmarks/targets.py) at a tiny size, this checkout only: the rows of
+    its jobs are printed with a target, a figure and whether it is met."""
+    out = run_benchmark("targets", "--quick", "--baseline", "none", "--rows", "amqp,sdk",
+                        timeout=120)
+    lines = [ln for ln in out.splitlines() if ln.startswith("| ")]
+    names = [c.strip() for c in lines[0].strip("|").split("|")]
+    rows = {r["path"] + ", " + r["figure"]: r for r in
+            (dict(zip(names, [c.strip() for c in ln.strip("|").split("|")], strict=True))
+             for ln in lines[1:])}
+    for row in ("SDK Publisher + durable Subscriber, 1 -> 1, x plain proton msgs/s",
+                "line of three routers, 1 -> 1, of one router's msgs/s",
+                "AMQP 1 -> 4, router CPU, us/delivery"):
+        assert row in rows, out
+        assert num(rows[row]["new median (range)"]) > 0, out
+        assert rows[row]["met"] in ("yes", "no"), out
+
+
+def test_targets_baseline_tree(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The old side of `make bench`: the product of a commit, unpacked with git archive, with
+    this checkout's benchmarks in place of its own."""
+    from benchmarks import targets
+
+    monkeypatch.setattr(targets, "CACHE", tmp_path)
+    tree = targets.prepare_baseline("HEAD", build=False)
+    assert (tree / "router" / "core" / "engine.py").exists()
+    assert (tree / "benchmarks" / "targets.py").read_text() == \
+        (ROOT / "benchmarks" / "targets.py").read_text()
