@@ -45,13 +45,14 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from proton import Condition, Delivery, Endpoint, Handler, Message, SSLDomain, Terminus, symbol
-from proton.reactor import ApplicationEvent, Container, EventInjector, LinkOption
+from proton.reactor import ApplicationEvent, EventInjector, LinkOption
 
 from router.core import message
 from router.core.topics import TopicError, validate_filter, validate_topic
 
 from .advisory import CONNECTED, DISCONNECTED, NO_RESPONSE, Advisory, AdvisoryLog
 from .client_store import PublisherStore, StoreError, SubscriberStore
+from .container import LeanContainer
 from .sdk_core import (  # noqa: F401 (re-exported: constants callers may read)
     ATTEMPT_TIMEOUT,
     BACKOFF_MAX,
@@ -295,7 +296,7 @@ class _ClientLoop(Handler):
         self._stopping = False
         self._reconnect_timer: Any = None
         self._online = autoconnect  # whether to be connected: connect() / disconnect()
-        self._container = Container(self)
+        self._container = LeanContainer(self)
         self._container.container_id = self._name
         self._injector = EventInjector()
         self._container.selectable(self._injector)
