@@ -475,6 +475,12 @@ class Subscriber:
             # Linger briefly so that duplicates sent right after the last message are seen.
             self.done_at = time.monotonic() + self.args.linger_s
 
+    def _missing_seqs(self) -> int:
+        """How many of publisher 0's sequence numbers 0 .. expect - 1 never arrived (for a
+        source that numbers its messages itself: benchmarks/spark.py)."""
+        return sum(1 for seq in range(self.args.expect)
+                   if struct.pack(">IQ", 0, seq) not in self.seen)
+
     def _report(self, cpu: float) -> dict[str, Any]:
         error = self.error
         if not error and len(self.seen) < self.args.expect:
@@ -487,6 +493,7 @@ class Subscriber:
             "distinct": len(self.seen),
             "duplicates": self.duplicates,
             "missing": max(0, self.args.expect - len(self.seen)),
+            **({"missing_seqs": self._missing_seqs()} if self.args.check_seqs else {}),
             "unparsed": self.unparsed,
             "first_wall": self.first_wall,
             "last_wall": self.last_wall,
@@ -522,6 +529,9 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_argument("--credit", type=int, default=500)
     sub.add_argument("--expect", type=int, required=True)
     sub.add_argument("--linger-s", type=float, default=0.3)
+    sub.add_argument("--check-seqs", action="store_true",
+                     help="also report missing_seqs: publisher 0's numbers 0 .. expect - 1 "
+                          "not received")
     return p
 
 

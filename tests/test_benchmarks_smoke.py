@@ -289,8 +289,8 @@ def test_spark() -> None:
     assert batch and 0 < num(batch[1]) <= num(batch[2]), out
     assert re.search(r"^  waiting for acceptance: \d+% of the batch time \(write\(\) in all: "
                      r"\d+%\)$", out, re.M), out
-    assert re.search(r"^  subscriber: \d+ received for \d+ rows of finished batches, 0 of them "
-                     r"lost, 0 duplicated$", out, re.M), out
+    assert re.search(r"^  subscriber: \d+ received for \d+ rows of finished batches, 0 of the "
+                     r"first \d+ lost, 0 duplicated \(\S+ us of CPU per message\)$", out, re.M), out
 
 
 # ---------------------------------------------------------------- relay store
