@@ -361,13 +361,15 @@ class Engine(FailoverMixin):
         label = ident.label(self.config.router_id)
         self._replace_publisher(ident, label)
         pub = Publisher(link, ident, address, mode, label, stored_enough)
-        pub.resends = dict.fromkeys(resends or ())
+        declared = list(dict.fromkeys(resends or ()))
+        pub.resends = {t: i for i, t in enumerate(declared)}
+        pub.resend_ids = {outgoing_tag(ident.container, ident.name, t).decode(): t
+                          for t in declared}
         self.publishers[link] = pub
         if resends is not None:
             self._settled_by_declaration(ident, pub.resends)
         self._refill(pub, force=True)
-        known = [t for t in dict.fromkeys(resends or ())
-                 if outgoing_tag(ident.container, ident.name, t).decode() in self._by_id]
+        known = [t for i, t in pub.resend_ids.items() if i in self._by_id]
         return {"known": known}
 
     def _detach_publisher(self, link: int, final: bool) -> None:
@@ -765,15 +767,14 @@ class Engine(FailoverMixin):
             )
             return
         declared, resend = ev.resend, False
-        later: list[bytes] | None = None
+        later: int | None = None
         if pub.resends and tag in pub.resends:
-            declared_tags = list(pub.resends)
-            del pub.resends[tag]
+            # Its place in the declaration: what it declared after this one comes later in
+            # its publish order (`_add_copies`).
+            later = pub.resends.pop(tag)
             if self._resend_from_publisher(pub, tag, ttl_ms, settled):
                 return
             resend = True
-            # What it declared after this one comes later in its publish order (`_add_copies`).
-            later = declared_tags[declared_tags.index(tag) + 1:]
         elif declared and not settled:
             live = self._by_id.get(self._tag_for(pub, tag).decode())
             # Only a live record of its own, orphaned by a lost connection (the first case
@@ -932,14 +933,14 @@ class Engine(FailoverMixin):
 
     def _add_copies(
         self, rec: Record, matched: tuple[int, ...], done: tuple[str, ...] = (),
-        later: list[bytes] | None = None,
+        later: int | None = None,
     ) -> None:
         """Queue a copy for each matched local subscriber, in arrival order. `done`: keys
         that accepted this message before (a forgotten record remembers them): their copies
         count as accepted and are not sent again. `later`: for a publisher's resend that is
-        new here, the tags it declared after this one (see `_queue_before`)."""
+        new here, its place among the tags it declared (see `_queue_before`)."""
         by_sid = self._by_sid
-        later_ids: set[str] | None = None
+        pub = rec.publisher
         for sid in matched:
             sub = by_sid[sid]
             if done and sub.key in done:
@@ -949,11 +950,8 @@ class Engine(FailoverMixin):
                 self._add_copy(rec, sub)
             else:
                 add_copy(rec, sid, sub)
-            if later and sub.queue and rec.publisher is not None:
-                if later_ids is None:
-                    pub = rec.publisher
-                    later_ids = {self._tag_for(pub, t).decode() for t in later}
-                self._queue_before(sub, rec, later_ids)
+            if later is not None and pub is not None and pub.resends and sub.queue:
+                self._queue_before(sub, rec, pub, later)
             else:
                 sub.queue.append(rec)
         for sid in matched:
@@ -966,14 +964,17 @@ class Engine(FailoverMixin):
         if rec.accepted:  # a resumed subscriber had declared it accepted already
             self._decide(rec)
 
-    def _queue_before(self, sub: Subscriber, rec: Record, later: set[str]) -> None:
+    def _queue_before(self, sub: Subscriber, rec: Record, pub: Publisher, place: int) -> None:
         """Queue `rec`, a publisher's resend new here, ahead of the first copy waiting for
-        `sub` (not sent yet) of a message the publisher declared after it (`later`, delivery
-        ids): that one came from the message's old origin before the publisher resumed here,
-        and its resend, which adopts it where it waits, comes after this one."""
+        `sub` (not sent yet) of a message the publisher declared after it (after `place`,
+        and its resend not here yet): that one came from the message's old origin before the
+        publisher resumed here, and its resend, which adopts it where it waits, comes after
+        this one."""
         queue = sub.queue
+        ids, pending = pub.resend_ids, pub.resends
         for i, queued in enumerate(queue):
-            if queued.id in later:
+            declared = ids.get(queued.id)
+            if declared is not None and pending.get(declared, -1) > place:
                 copy = queued.copies.get(sub.sid)
                 if copy is not None and not copy.attempts:
                     queue.insert(i, rec)

@@ -578,7 +578,7 @@ class FailoverMixin(GroupsMixin):
         self._withdraw(rec)
         self._publisher_done(rec)
 
-    def _settled_by_declaration(self: Engine, ident: Any, resends: dict[bytes, None]) -> None:
+    def _settled_by_declaration(self: Engine, ident: Any, resends: dict[bytes, int]) -> None:
         """A publisher attached here declaring `resends`: every message it holds without a
         final outcome (docs/resume-protocol.md). Its orphans here that it did not declare, it
         has settled (it has their outcome, or settled early): they are given up now, not at

@@ -134,7 +134,8 @@ class Subscriber:
 
 class Publisher:
     __slots__ = (
-        "address", "credit_out", "ident", "label", "link", "live", "mode", "records", "resends",
+        "address", "credit_out", "ident", "label", "link", "live", "mode", "records",
+        "resend_ids", "resends",
         "stored_enough",
     )
 
@@ -154,8 +155,12 @@ class Publisher:
         self.records: dict[bytes, Record] = {}
         # Tags it declared on attach as unsettled (resume): those deliveries are resends of
         # messages the mesh may already have, not new messages that reuse a tag. In the order
-        # declared, which is its publish order.
-        self.resends: dict[bytes, None] = {}
+        # declared, which is its publish order; each with its place in that order (a tag
+        # leaves when its resend arrives; the places of the others stay).
+        self.resends: dict[bytes, int] = {}
+        # The delivery ids of all the tags it declared (id -> tag), hashed once on attach:
+        # placing each resend needs them (`Engine._queue_before`).
+        self.resend_ids: dict[str, bytes] = {}
 
 
 class Copy:
