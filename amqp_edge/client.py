@@ -1172,6 +1172,22 @@ class Subscriber(_ClientLoop):
             shown = self._core.take()
         return None if shown is None else _received(shown)
 
+    def receive_many(self, max_count: int = 100,
+                     timeout: float | None = None) -> list[ReceivedMessage]:
+        """Up to `max_count` messages in arrival order: waits up to `timeout` seconds for the
+        first (then returns [] if none came), then takes the ones already here without
+        waiting. Answer them with `accept_many` for one commit per batch."""
+        if max_count < 1:
+            raise ValueError("max_count must be at least 1")
+        first = self.receive(timeout)
+        if first is None:
+            return []
+        shown: list[Shown] = []
+        with self._lock:
+            while len(shown) < max_count - 1 and (one := self._core.take()) is not None:
+                shown.append(one)
+        return [first, *(_received(s) for s in shown)]
+
     def __iter__(self) -> Iterator[ReceivedMessage]:
         while True:
             try:
@@ -1183,27 +1199,38 @@ class Subscriber(_ClientLoop):
 
     def accept(self, msg: ReceivedMessage) -> None:
         """Record `msg` as processed (committed), then accept and settle it."""
-        self._answer(msg, "accepted", None, None)
+        self._answer([msg], "accepted", None, None)
+
+    def accept_many(self, msgs: Sequence[ReceivedMessage]) -> None:
+        """`accept` for a batch: one commit records all of them (then each is accepted and
+        settled), so a batch costs about what one message does. When it returns, every one
+        is as processed as after `accept`: a copy of any of them that comes later, on any
+        router, after a crash or a restart, is suppressed."""
+        if msgs:
+            self._answer(msgs, "accepted", None, None)
 
     def reject(self, msg: ReceivedMessage, description: str | None = None,
                condition: str = "exactmesh:rejected") -> None:
         """Refuse `msg` (recorded: a duplicate of it is rejected again, silently). The
         publisher is told, with `description`."""
-        self._answer(msg, "rejected", condition, description)
+        self._answer([msg], "rejected", condition, description)
 
     def release(self, msg: ReceivedMessage) -> None:
         """Give `msg` back: the router delivers it again (delivery_count raised)."""
-        self._answer(msg, "released", None, None)
+        self._answer([msg], "released", None, None)
 
-    def _answer(self, msg: ReceivedMessage, outcome: str, condition: str | None,
+    def _answer(self, msgs: Sequence[ReceivedMessage], outcome: str, condition: str | None,
                 description: str | None) -> None:
         with self._lock:
             self._check()
-        # Committed before the disposition is queued: a copy that comes later is suppressed.
-        new = SubscriberCore.must_record(outcome) and self._store.record(msg.tag, outcome)
+        # Committed before the dispositions are queued: a copy that comes later is suppressed.
+        new = self._store.record_many([m.tag for m in msgs], outcome) \
+            if SubscriberCore.must_record(outcome) else [False] * len(msgs)
+        now, prune = time.time(), False
         with self._lock:
-            prune = self._core.answer(msg.tag, outcome, time.time(), new=new, copy=msg._copy,
-                                      condition=condition, description=description)
+            for msg, fresh in zip(msgs, new, strict=True):
+                prune |= self._core.answer(msg.tag, outcome, now, new=fresh, copy=msg._copy,
+                                           condition=condition, description=description)
         self._wake()
         if prune:
             self._store.prune(self.keep_processed)

@@ -31,7 +31,7 @@ import re
 import sqlite3
 import threading
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -284,12 +284,20 @@ class SubscriberStore:
 
     def record(self, tag: str, outcome: str) -> bool:
         """Commit the application's answer for `tag`; False if it was recorded already."""
+        return self.record_many([tag], outcome)[0]
+
+    def record_many(self, tags: Sequence[str], outcome: str) -> list[bool]:
+        """Commit the same answer for every tag in one transaction (a group commit); for each,
+        whether it was new (False: recorded already, or earlier in `tags`)."""
+        now = time.time()
         with self.db.transaction() as c:
-            cur = c.execute("INSERT OR IGNORE INTO processed(tag, outcome, at) VALUES(?, ?, ?)",
-                            (tag, outcome, time.time()))
-            if outcome == "accepted" and cur.rowcount:
-                c.execute("UPDATE meta SET value=value+1 WHERE key='accepted_total'")
-            return bool(cur.rowcount)
+            new = [bool(c.execute("INSERT OR IGNORE INTO processed(tag, outcome, at) "
+                                  "VALUES(?, ?, ?)", (tag, outcome, now)).rowcount)
+                   for tag in tags]
+            if outcome == "accepted" and any(new):
+                c.execute("UPDATE meta SET value=value+? WHERE key='accepted_total'",
+                          (sum(new),))
+        return new
 
     def recent_accepted(self, within: float, limit: int) -> list[tuple[str, float]]:
         """Tags accepted in the last `within` seconds, newest last, at most `limit`."""

@@ -775,6 +775,9 @@ class MemorySubscriberStore:
             self._accepted += 1
         return True
 
+    def record_many(self, tags: Sequence[str], outcome: str) -> list[bool]:
+        return [self.record(tag, outcome) for tag in tags]
+
     def recent_accepted(self, within: float, limit: int) -> list[tuple[str, float]]:
         since = self._clock() - within
         rows = [(tag, at) for tag, (outcome, at) in self._processed.items()

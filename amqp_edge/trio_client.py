@@ -184,9 +184,24 @@ class TrioSubscriber(_TrioClient):
                 return
             yield msg
 
+    async def receive_many(self, max_count: int = 100) -> list[ReceivedMessage]:
+        """Waits for the first message, then takes up to `max_count` of those already here
+        (`Subscriber.receive_many`)."""
+        first = await self.receive()
+        rest: list[ReceivedMessage] = []
+        while len(rest) < max_count - 1 and (msg := self.client.try_receive()) is not None:
+            rest.append(msg)
+        return [first, *rest]
+
     async def accept(self, msg: ReceivedMessage) -> None:
         """Record it as processed (committed), then accept and settle it."""
         self.client.accept(msg)
+        await trio.lowlevel.checkpoint()
+
+    async def accept_many(self, msgs: Sequence[ReceivedMessage]) -> None:
+        """One commit for the batch, then each is accepted and settled
+        (`Subscriber.accept_many`)."""
+        self.client.accept_many(msgs)
         await trio.lowlevel.checkpoint()
 
     async def reject(self, msg: ReceivedMessage, description: str | None = None) -> None:

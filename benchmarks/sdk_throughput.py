@@ -124,7 +124,9 @@ def sdk_sub(args: argparse.Namespace) -> dict[str, Any]:
     _stdin_lines(lambda line: stop.set() if line in ("stop", None) else None)
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     sub = Subscriber([args.url], FILTER, id=f"ts-{os.getpid()}", state_dir=args.state_dir,
-                     prefetch=args.credit)
+                     prefetch=args.credit, durable=True)
+    # Batches (one commit each) where the SDK has them; before it did, one message at a time.
+    batched = hasattr(sub, "accept_many") and args.batch > 1
     seen: set[Any] = set()
     received = dup = 0
     error = ""
@@ -138,14 +140,18 @@ def sdk_sub(args: argparse.Namespace) -> dict[str, Any]:
         while not stop.is_set() and time.monotonic() < deadline:
             if done_at is not None and time.monotonic() >= done_at:
                 break
-            msg = sub.receive(timeout=0.1)
-            if msg is None:
-                continue
-            received += 1
-            if msg.message_id in seen:
-                dup += 1
-            seen.add(msg.message_id)
-            sub.accept(msg)
+            msgs = sub.receive_many(args.batch, timeout=0.1) if batched else \
+                [m for m in (sub.receive(timeout=0.1),) if m is not None]
+            for msg in msgs:
+                received += 1
+                if msg.message_id in seen:
+                    dup += 1
+                seen.add(msg.message_id)
+            if batched:
+                sub.accept_many(msgs)
+            else:
+                for msg in msgs:
+                    sub.accept(msg)
             if done_at is None and len(seen) >= args.expect:
                 done_at = time.monotonic() + args.linger_s
     except ClientClosed:
@@ -345,6 +351,7 @@ def client_main(argv: list[str]) -> int:
     p.add_argument("--expect", type=int, default=0)
     p.add_argument("--window", type=int, default=100)
     p.add_argument("--credit", type=int, default=500)
+    p.add_argument("--batch", type=int, default=100)
     p.add_argument("--size", type=int, default=100)
     p.add_argument("--linger-s", type=float, default=0.3)
     p.add_argument("--deadline-s", type=float, default=120.0)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -260,6 +261,69 @@ def test_a_publisher_killed_with_sigkill_and_rerun_finishes_exactly_once(tmp_pat
         exactly_once_in_order(consumer.bodies(), [f"{name}-{i}" for i in range(1, n + 1)])
 
 
+BATCH_CHILD = """
+import os, signal, sys
+from amqp_edge.client import Subscriber
+url, state, out, stop_after, total = sys.argv[1:6]
+sub = Subscriber([url], "b/#", id="batcher", state_dir=state, durable=True, timeout=60,
+                 prefetch=50)
+sub.wait_attached(10)
+print("attached", flush=True)
+shown = len(open(out).read().split()) if os.path.exists(out) else 0
+batches = 0
+with open(out, "a") as f:
+    while shown < int(total) and batches != (int(stop_after) or -1):  # 0: no limit
+        msgs = sub.receive_many(20, timeout=10)
+        if not msgs:
+            break
+        f.write("".join(m.body + chr(10) for m in msgs))
+        f.flush()
+        sub.accept_many(msgs)
+        shown, batches = shown + len(msgs), batches + 1
+os.kill(os.getpid(), signal.SIGKILL)  # at once: its last dispositions may not be out
+"""
+
+
+def test_a_subscriber_killed_right_after_accept_many_is_shown_nothing_twice(
+        tmp_path: Path) -> None:
+    """accept_many commits a batch before its dispositions go: a subscriber process killed
+    with SIGKILL the moment accept_many returned, and started again with the same state
+    directory, is shown every message once, in order, none of the last batch again."""
+    n = 200
+    state, out = str(tmp_path / "sub"), tmp_path / "shown.txt"
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+
+    def start(stop_after: int) -> subprocess.Popen[str]:
+        child = subprocess.Popen([sys.executable, "-c", BATCH_CHILD, amqp(router), state,
+                                  str(out), str(stop_after), str(n)], env=env,
+                                 stdout=subprocess.PIPE, text=True)
+        assert child.stdout is not None and child.stdout.readline().strip() == "attached"
+        return child
+
+    with RouterProcess("A") as router:
+        pub = Publisher([amqp(router)], "b/x", id="pub", state_dir=str(tmp_path / "pub"))
+        first = start(3)  # killed after its third batch
+        # Sent from a thread: send() waits while the window is full, and it is full while
+        # no subscriber process runs.
+        sender = threading.Thread(target=lambda: [pub.send(f"m{i}") for i in range(n)])
+        sender.start()
+        assert first.wait(60) == -signal.SIGKILL
+        assert 3 <= len(out.read_text().split()) < n
+        assert start(0).wait(60) == -signal.SIGKILL  # the rest, then killed too
+        sender.join(20)
+        # The answers the killed processes committed but never sent: a third run declares
+        # them on resume (or is sent them again and suppresses them) and is shown nothing.
+        third = Subscriber([amqp(router)], "b/#", id="batcher", state_dir=state, durable=True,
+                           timeout=60, prefetch=50)
+        again = third.receive(timeout=2)
+        assert again is None, f"{again.body} was shown again"
+        pub.flush(timeout=20)
+        third.close()
+        assert pub.stats()["failed"] == 0
+        pub.close()
+        exactly_once_in_order(out.read_text().split(), [f"m{i}" for i in range(n)])
+
+
 def test_failover_skips_a_dead_url(tmp_path: Path) -> None:
     dead = f"amqp://127.0.0.1:{free_port()}"
     with RouterProcess("A") as router:
@@ -382,11 +446,16 @@ def test_trio_api_publishes_and_subscribes_and_cancels(tmp_path: Path) -> None:
 
                 async with trio.open_nursery() as nursery:
                     nursery.start_soon(publish)
-                    async for msg in sub:
+                    async for msg in sub:  # one at a time for the first half ...
                         got.append(msg.body)
                         await sub.accept(msg)
-                        if len(got) == n:
+                        if len(got) == n // 2:
                             break
+                    while len(got) < n:  # ... then in batches, one commit each
+                        batch = await sub.receive_many(25)
+                        assert 1 <= len(batch) <= 25
+                        got.extend(m.body for m in batch)
+                        await sub.accept_many(batch)
                 assert pub.stats()["accepted"] == n
             return got, sub.stats
 
