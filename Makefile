@@ -17,7 +17,7 @@ ACCEL_SRC := mqtt_edge/codec.py mqtt_edge/mapping.py mqtt_edge/session.py mqtt_e
   router/core/engine.py router/core/failover.py router/core/groups.py router/core/records.py \
   router/core/actions.py router/core/topics.py router/core/transitions.py router/core/events.py router/core/message.py
 
-.PHONY: demo test lint bench venv accel clean
+.PHONY: demo test lint bench venv accel clean java
 
 venv: $(STAMP)
 
@@ -45,16 +45,13 @@ $(ACCEL): $(STAMP) $(ACCEL_SRC) router/accel.py
 demo: $(STAMP) $(ACCEL)
 	$(BIN)/exactmesh demo
 
-test: $(STAMP) $(ACCEL) $(JS_STAMP)
+test: $(STAMP) $(ACCEL) $(JS_STAMP) java
 	@command -v mosquitto_pub >/dev/null 2>&1 || \
 	  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq mosquitto-clients; } || \
 	  echo "make test: could not install mosquitto-clients; the tests that need mosquitto_pub/mosquitto_sub will skip"
 	@command -v nft >/dev/null 2>&1 || \
 	  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nftables; } || \
 	  echo "make test: could not install nftables; the test bed's partitions (tests/test_hosts.py) will skip"
-	@command -v java >/dev/null 2>&1 || \
-	  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openjdk-17-jre-headless; } || \
-	  echo "make test: could not install a Java runtime; the Spark tests (tests/test_spark_*.py) will skip"
 	$(BIN)/ruff check .
 	@# The layers (pyproject.toml [tool.importlinter]; docs: shared DESIGN-NOTES "Layers").
 	$(BIN)/lint-imports --no-cache --no-logo
@@ -85,14 +82,16 @@ lint: $(STAMP)
 
 # Every performance target next to the commit before the work on them (benchmarks/targets.py);
 # `python -m benchmarks.run` alone is the router's own throughput table.
-bench: $(STAMP) $(ACCEL)
-	@command -v mosquitto >/dev/null 2>&1 || \
-	  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq mosquitto; } || \
-	  echo "make bench: could not install mosquitto; the MQTT rows will fail"
+# (benchmarks/mqtt.py installs mosquitto itself when it is missing.)
+bench: $(STAMP) $(ACCEL) java
+	$(BIN)/python -m benchmarks.targets
+
+# A Java runtime for Spark: the Spark tests (tests/test_spark_*.py) skip without one, and the
+# Spark row of make bench fails.
+java:
 	@command -v java >/dev/null 2>&1 || \
 	  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openjdk-17-jre-headless; } || \
-	  echo "make bench: could not install a Java runtime; the Spark row will fail"
-	$(BIN)/python -m benchmarks.targets
+	  echo "make: could not install a Java runtime; the Spark tests skip and make bench's Spark row fails"
 
 clean:
 	rm -rf $(VENV) *.egg-info router/accel_manifest.json tests/js/node_modules

@@ -283,14 +283,12 @@ def report(results: dict[str, list[Measured]], jobs: list[Job], sides: list[str]
     for t in TARGETS:
         if t.job not in names:
             continue
-        cells = []
-        for side in sides:
-            vals = [m.figures[t.key] for m in results[f"{t.job}/{side}"] if t.key in m.figures]
-            cells.append(_fmt_side(t, vals))
-        new = [m.figures[t.key] for m in results[f"{t.job}/new"] if t.key in m.figures]
+        values = {side: [m.figures[t.key] for m in results[f"{t.job}/{side}"]
+                         if t.key in m.figures] for side in sides}
+        new = values["new"]
         met = "-" if not new else ("yes" if t.met(statistics.median(new)) else "no")
-        lines.append(f"| {t.path} | {t.unit} | {t.goal_text()} | " + " | ".join(cells)
-                     + f" | {met} |")
+        lines.append(f"| {t.path} | {t.unit} | {t.goal_text()} | "
+                     + " | ".join(_fmt_side(t, values[side]) for side in sides) + f" | {met} |")
     return lines
 
 
