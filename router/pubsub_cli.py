@@ -368,7 +368,13 @@ def run_sub(args: argparse.Namespace) -> int:
     try:
         if args.count is not None and sub.accepted_total >= args.count:
             return EXIT_OK
-        where = sub.wait_attached(args.connect_timeout)
+        # The client gives up by itself after --connect-timeout (RouterUnreachable, naming
+        # the URLs); waiting exactly as long raced with that and could end with a vaguer
+        # TimeoutError first. One more attempt's time is the backstop.
+        from amqp_edge.client import ATTEMPT_TIMEOUT
+
+        where = sub.wait_attached(None if args.connect_timeout is None
+                                  else args.connect_timeout + ATTEMPT_TIMEOUT)
         print(f"exactmesh sub: subscribed to {args.topic!r} as {args.id!r} at {where}",
               file=sys.stderr, flush=True)
         while args.count is None or sub.accepted_total < args.count:
