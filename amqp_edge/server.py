@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 import trio
 
 from router.config import HostPort
+from router.listeners import open_ssl_over_tcp_listeners, open_tcp_listeners
 from router.security.gate import HANDSHAKE_TIMEOUT, admitted, certificate_user, tls_handshake
 from router.security.policy import FAILED_LOG_IN_DELAY
 
@@ -39,9 +40,9 @@ async def serve_amqp(
     """Serve AMQP clients at `where`; over TLS with the server context `tls` (`--amqps`)."""
     listeners: Any
     if tls is None:
-        listeners = await trio.open_tcp_listeners(where.port, host=where.host)
+        listeners = await open_tcp_listeners(where.port, where.host)
     else:
-        listeners = await trio.open_ssl_over_tcp_listeners(where.port, tls, host=where.host)
+        listeners = await open_ssl_over_tcp_listeners(where.port, tls, where.host)
     task_status.started(listeners)
     await trio.serve_listeners(partial(_serve_connection, node), listeners)
 

@@ -28,6 +28,8 @@ from typing import Any
 
 import trio
 
+from router.listeners import open_tcp_listeners
+
 from .frames import FrameDecoder, FrameError, encode
 from .handshake import Handshake
 
@@ -349,7 +351,7 @@ class PeerManager:
     async def listen(
         self, host: str, port: int, *, task_status: Any = trio.TASK_STATUS_IGNORED
     ) -> None:
-        listeners = await trio.open_tcp_listeners(port, host=host)
+        listeners = await open_tcp_listeners(port, host)
         task_status.started(listeners)
         await trio.serve_listeners(self._serve_incoming, listeners)
 

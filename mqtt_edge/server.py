@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 import trio
 
 from router.config import HostPort
+from router.listeners import open_ssl_over_tcp_listeners, open_tcp_listeners
 from router.security.gate import admitted, certificate_user, tls_handshake
 
 from .persistence import restore_sessions
@@ -64,12 +65,12 @@ async def serve_mqtt(
     if tls is not None:
         # TLS connections are read by a task each (trio's SSLStream), not by the reactor,
         # which reads plain sockets: TLS records must be decrypted before they are bytes.
-        listeners: Any = await trio.open_ssl_over_tcp_listeners(where.port, tls,
-                                                                host=where.host)
+        listeners: Any = await open_ssl_over_tcp_listeners(
+            where.port, tls, where.host)
         task_status.started(listeners)
         await trio.serve_listeners(partial(_serve_tls_connection, node, state), listeners)
         return
-    listeners = await trio.open_tcp_listeners(where.port, host=where.host)
+    listeners = await open_tcp_listeners(where.port, where.host)
     reactor = Reactor(node.now)
     try:
         async with trio.open_nursery() as nursery:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import os
 import re
 import ssl
 import urllib.error
@@ -37,6 +38,7 @@ from router.config import HostPort
 from router.core.actions import Accepted, Outcome
 from router.core.doubts import Doubt
 from router.core.records import IN_DOUBT, Record
+from router.listeners import open_ssl_over_tcp_listeners, open_tcp_listeners
 from router.security.gate import tls_handshake
 
 if TYPE_CHECKING:
@@ -76,10 +78,10 @@ async def serve_status(
     """Serve the status endpoint at `where`; over TLS with the server context `tls`."""
     listeners: Any
     if tls is None:
-        listeners = await trio.open_tcp_listeners(where.port, host=where.host)
+        listeners = await open_tcp_listeners(where.port, where.host)
     else:
-        listeners = await trio.open_ssl_over_tcp_listeners(where.port, tls, host=where.host,
-                                                           https_compatible=True)
+        listeners = await open_ssl_over_tcp_listeners(
+            where.port, tls, where.host, https_compatible=True)
     task_status.started(listeners)
     await trio.serve_listeners(partial(_serve_connection, node), listeners)
 
@@ -292,7 +294,8 @@ def deliveries(node: Node) -> JsonBody:
 
 def health(node: Node) -> JsonBody:
     engine = node.engine
-    return {"router": node.config.id, "publishers": len(engine.publishers),
+    # pid: a worker of --workers is one process among several at the same ports.
+    return {"router": node.config.id, "pid": os.getpid(), "publishers": len(engine.publishers),
             "subscribers": len(engine.subscribers), "records": len(engine.records),
             # Just started, waiting to hear the mesh's subscriptions (`join-timeout`): how
             # many guaranteed messages wait for that; null once joined.
