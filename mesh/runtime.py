@@ -65,7 +65,10 @@ class MeshRuntime:
         # the subscribers it knows (test bed, ring seed 31: a listen-only router restarted and
         # accepted an MQTT device's messages before its peers had linked back). A relay
         # (uplinks) is away as a matter of course.
-        if join > 0 and (config.connect or (config.listen and not config.uplinks)):
+        # A worker of `--workers` (router/workers.py) is in a mesh with its host's other
+        # workers: it waits to hear them as any router waits to hear its peers.
+        listens = config.listen or config.worker_listen
+        if join > 0 and (config.connect or (listens and not config.uplinks)):
             self.mesh.start_joining(node.now(), join, alone_after=not config.connect)
 
     # ---------------------------------------------------------------- callbacks
@@ -118,6 +121,13 @@ class MeshRuntime:
                     await nursery.start(self.peers.listen, cfg.listen.host, cfg.listen.port)
                 except OSError as err:
                     raise ListenError("listen", cfg.listen, "peer routers", err) from err
+            if cfg.worker_listen is not None:
+                try:
+                    await nursery.start(self.peers.listen, cfg.worker_listen.host,
+                                        cfg.worker_listen.port)
+                except OSError as err:
+                    raise ListenError("workers", cfg.worker_listen,
+                                      "the other workers of this host", err) from err
             for target in cfg.connect:
                 nursery.start_soon(self.peers.connect, target.host, target.port)
             if cfg.uplinks:

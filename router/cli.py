@@ -72,6 +72,9 @@ def _router_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--resume-timeout", type=float, metavar="SECONDS",
                    help="how long a resumed subscriber's unknown unsettled deliveries hold "
                    "back newer ones (default 5)")
+    p.add_argument("--workers", type=int, metavar="N",
+                   help="run N router processes sharing these ports, in a mesh of their own "
+                   "over loopback, for N cores (router/workers.py; default 1)")
     p.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
     p.add_argument("--http", metavar="HOST:PORT",
                    help="serve delivery status and health as JSON over HTTP (default off)")
@@ -226,6 +229,10 @@ def tune_gc() -> None:
 
 
 def run_router(config: RouterConfig) -> int:
+    if config.workers > 1:
+        from .workers import run_workers
+
+        return run_workers(config, run_router)
     from .runtime.node import Node
 
     tune_gc()

@@ -59,6 +59,9 @@ class RouterConfig:
     reconnect_timeout: float = 30.0
     resume_timeout: float = 5.0
     log_level: str = "info"
+    # Router processes on this host (router/workers.py): more than one runs a supervisor and
+    # that many routers, sharing the listening ports, in a mesh of their own over loopback.
+    workers: int = 1
     http: HostPort | None = None  # the status endpoint (router/runtime/status.py); off by default
     mqtt: HostPort | None = None  # MQTT 3.1.1 / 5.0 clients (mqtt_edge/server.py); off by default
     # A relay store (docs/relay.md): a directory, or "" for none.
@@ -66,6 +69,9 @@ class RouterConfig:
     relay_waiting_limit: int = 100_000
     # the mesh
     listen: HostPort | None = None  # where peer routers connect to us
+    # A worker's own loopback listener for the other workers of its host (router/workers.py
+    # sets it; not an option).
+    worker_listen: HostPort | None = None
     connect: tuple[HostPort, ...] = ()  # peer routers we connect to
     # A relay's uplinks (`exactmesh relay --mesh`): one link at a time, to the first of these
     # that answers, the next after a loss. No listener: a relay is a leaf of the mesh.
@@ -190,7 +196,7 @@ class RouterConfig:
     @property
     def peered(self) -> bool:
         """Whether this node links to other routers at all."""
-        return bool(self.listen or self.connect or self.uplinks)
+        return bool(self.listen or self.connect or self.uplinks or self.worker_listen)
 
     def cost_to(self, peer: str) -> int:
         return dict(self.link_costs).get(peer, 1)
@@ -321,6 +327,7 @@ OPTIONS: dict[str, tuple[str, Any, str]] = {
     "reconnect-timeout": ("reconnect_timeout", _positive_float,
                           "a positive number of seconds"),
     "resume-timeout": ("resume_timeout", _positive_float, "a positive number of seconds"),
+    "workers": ("workers", _positive_int, "a positive count of router processes"),
     "log-level": ("log_level", _choice("debug", "info", "warning", "error"),
                   "debug, info, warning or error"),
     "http": ("http", None, "HOST:PORT"),
@@ -363,7 +370,9 @@ OPTIONS: dict[str, tuple[str, Any, str]] = {
                         "none, optional or required"),
     "tls-identity-as-username": ("tls_identity_as_username", _bool, "true or false"),
 }
-assert {f for f, _, _ in OPTIONS.values()} == {f.name for f in fields(RouterConfig)}
+# Fields that are no option: what the worker supervisor sets for each worker.
+INTERNAL = {"worker_listen"}
+assert {f for f, _, _ in OPTIONS.values()} | INTERNAL == {f.name for f in fields(RouterConfig)}
 
 
 def load_toml(path: str | Path) -> dict[str, Any]:
