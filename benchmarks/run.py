@@ -57,6 +57,7 @@ class Config:
     workdir: Path
     line: int = 0  # also run 1 -> 1 through a line of this many routers (0: no)
     router_args: tuple[str, ...] = ()  # extra options for every router
+    workers: int = 1  # `exactmesh router --workers N` for the one-router scenarios
 
 
 class LineWatcher(threading.Thread):
@@ -214,7 +215,9 @@ def router_command(explicit: str | None) -> list[str]:
 def start_router(cfg: Config, port: int) -> Child:
     argv = [*cfg.router_cmd, "router", "--id", "bench", "--amqp", f"127.0.0.1:{port}",
             *cfg.router_args]
-    router = spawn("router", argv, ("ready",), None, stdin=False)
+    if cfg.workers > 1:  # debug: the runner waits until each worker knows every subscriber
+        argv += ["--workers", str(cfg.workers), "--log-level", "debug"]
+    router = spawn("router", argv, ("ready", KNOWS), None, stdin=False)
     if not router.wait_keyword("ready", time.monotonic() + READY_TIMEOUT_S):
         stop_child(router)
         raise RuntimeError(
@@ -314,7 +317,10 @@ def run_scenario(cfg: Config, n_subs: int, line: int = 1) -> ScenarioResult:
     and subscribers on the last, router CPU summed over the line."""
     name = f"{cfg.publishers} pub -> {n_subs} sub" + (f", {line}-router line" if line > 1
                                                         else "")
-    res = ScenarioResult(name, cfg.publishers, n_subs, cfg.count, routers=line)
+    if line == 1 and cfg.workers > 1:
+        name += f", {cfg.workers} workers"
+    res = ScenarioResult(name, cfg.publishers, n_subs, cfg.count,
+                         routers=line if line > 1 else cfg.workers)
     tag = f"p{cfg.publishers}s{n_subs}l{line}"
     routers: list[Child] = []
     clients: list[Child] = []
@@ -330,6 +336,11 @@ def run_scenario(cfg: Config, n_subs: int, line: int = 1) -> ScenarioResult:
         if line > 1 and not routers[0].wait_count(KNOWS, n_subs,
                                                    time.monotonic() + ATTACH_TIMEOUT_S):
             raise RuntimeError("gossip did not bring the subscribers to the first router")
+        # Workers: each subscriber known at every worker it is not attached to.
+        known = n_subs * (cfg.workers - 1)
+        if line == 1 and known and not routers[0].wait_count(
+                KNOWS, known, time.monotonic() + ATTACH_TIMEOUT_S):
+            raise RuntimeError("gossip did not bring every subscriber to every worker")
         pubs = start_pubs(cfg, pub_port, tag)
         clients += pubs
         wait_attached(pubs)  # so the measured window excludes interpreter start-up
@@ -372,8 +383,26 @@ def measure(
 
 
 def _total_cpu(routers: list[Child]) -> float | None:
+    """The routers' CPU seconds, with their child processes (the workers of --workers)."""
     times = [proc_cpu_s(r.proc.pid) for r in routers]
-    return None if any(t is None for t in times) else sum(t for t in times if t is not None)
+    if any(t is None for t in times):
+        return None
+    children = [child for r in routers for child in child_pids(r.proc.pid)]
+    return sum(t for t in times if t is not None) + sum(proc_cpu_s(c) or 0.0 for c in children)
+
+
+def child_pids(parent: int) -> list[int]:
+    """The live processes whose parent is `parent`, from /proc."""
+    out = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            if int(stat[stat.rindex(")") + 2 :].split()[1]) == parent:
+                out.append(int(entry.name))
+    return out
 
 
 def collect_reports(res: ScenarioResult, clients: list[Child], router: Child | None) -> None:
@@ -585,6 +614,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="also run 1 -> 1 through a line of this many routers (0: skip)")
     p.add_argument("--router-args", help="extra options for every router, e.g. "
                    "'--publisher-window 1024'")
+    p.add_argument("--workers", type=int, default=1,
+                   help="run the one-router scenarios on `exactmesh router --workers N` "
+                   "(router CPU summed over the workers)")
     p.add_argument("--json-out", help="also write all raw results here")
     args = p.parse_args(argv)
     if args.exact_filter and args.publishers != 1:
@@ -606,6 +638,7 @@ def make_config(args: argparse.Namespace, workdir: Path) -> Config:
         workdir=workdir,
         line=args.line,
         router_args=tuple(shlex.split(args.router_args or "")),
+        workers=args.workers,
     )
 
 

@@ -106,6 +106,16 @@ def test_run() -> None:
     assert "every subscriber received every message exactly once" in out
 
 
+def test_run_workers() -> None:
+    """The same on `exactmesh router --workers 2`: router CPU summed over the workers."""
+    out = run_benchmark("run", "--quick", "--count", "300", "--publishers", "2",
+                        "--subscribers", "2", "--line", "0", "--workers", "2")
+    row = {r["scenario"]: r for r in table(out, "scenario")}["2 pub -> 2 sub, 2 workers"]
+    check_rate_and_latency(row, "msgs/s", "p50 ms", "p99 ms")
+    assert num(row["rtr us/dlv"]) >= 0, row
+    assert "every subscriber received every message exactly once" in out
+
+
 def test_sdk_throughput() -> None:
     out = run_benchmark("sdk_throughput", "--count", "300", "--runs", "1")
     rows = [r for r in table(out, "kind") if r["run"] == "1"]
