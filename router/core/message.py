@@ -24,12 +24,12 @@ Reading the routing fields
 
 The router forwards a message as the bytes it arrived in (what ``link.recv()`` returns and what
 proton's ``Message.encode()`` produces: the message's sections, concatenated, AMQP 1.0 3.2). It
-needs only the header's ttl / durable / delivery-count (3.2.1) and one message-annotation,
-``x-opt-delivery-mode`` (3.2.3), and it needs them for every message, so decoding the whole
-message with proton would be wasted work. :func:`scan` walks the section headers from the start
-and stops at the first section after message-annotations (properties, application-properties,
-the body, the footer: 3.2.4 - 3.2.9), which it never parses: whatever they hold is forwarded
-byte for byte.
+needs only the header's ttl / durable / delivery-count (3.2.1) and two message-annotations,
+``x-opt-delivery-mode`` and ``x-opt-guarantee`` (3.2.3), and it needs them for every message,
+so decoding the whole message with proton would be wasted work. :func:`scan` walks the section
+headers from the start and stops at the first section after message-annotations (properties,
+application-properties, the body, the footer: 3.2.4 - 3.2.9), which it never parses: whatever
+they hold is forwarded byte for byte.
 
 Because the bytes come from the network, every read is bounds-checked against the payload and
 against the size the enclosing list / map / array declared (1.6.22 - 1.6.24), so that a bad
@@ -51,11 +51,11 @@ Choices the spec leaves open, made here:
   descriptor) means these bytes are not a message, and raises.
 * Header / annotation section values must be a list / map as 3.2.1 - 3.2.3 define them; a
   described null is refused.
-* Annotation keys are compared as raw bytes against ``x-opt-delivery-mode``, so a key that is not
+* Annotation keys are compared as raw bytes against those two, so a key that is not
   valid UTF-8 (or ASCII, as 1.6.21 wants symbols to be) simply does not match and cannot crash
   the scan. Keys of types other than symbol / string are skipped, not refused (3.2.3 allows
   ulong keys too).
-* The ``x-opt-delivery-mode`` value must be a string or symbol (decoded as UTF-8) or null (which
+* Either value must be a string or symbol (decoded as UTF-8) or null (which
   reads as absent); any other type, invalid UTF-8, or the key appearing twice (as a symbol and as
   a string, say) raises, since silently ignoring it would change the delivery guarantee.
 * The header and annotation sections are validated in full (a count / size mismatch in a nested
@@ -100,6 +100,7 @@ class MessageInfo:
     # (Not part of equality: two scans of the same fields compare equal wherever they are.)
     annotations_at: int = field(default=-1, compare=False)
     annotations_end: int = field(default=0, compare=False)
+    guarantee: str | None = None  # message-annotations key `x-opt-guarantee`, value as str
 
 
 EMPTY = MessageInfo(None, None, False, 0)
@@ -125,6 +126,8 @@ _SECTION_SYMBOLS = {
 
 _MODE_KEY = b"x-opt-delivery-mode"
 _MODE_KEY_LEN = len(_MODE_KEY)
+_GUARANTEE_KEY = b"x-opt-guarantee"  # "at-least-once" or "exactly-once" (docs/guarantees.md)
+_GUARANTEE_KEY_LEN = len(_GUARANTEE_KEY)
 
 # Deeper nesting than this inside an annotation value is refused rather than risking Python's
 # recursion limit; real annotations are flat.
@@ -433,14 +436,15 @@ def _header(buf: _Buffer, pos: int, end: int) -> list:
     return fields
 
 
-def _delivery_mode(buf: _Buffer, pos: int, end: int) -> tuple[str | None, int]:
+def _routing_annotations(buf: _Buffer, pos: int,
+                         end: int) -> tuple[str | None, str | None, int]:
     """Walk the message-annotations map (3.2.3) at `pos`: return (the value of the
-    x-opt-delivery-mode key or None, the map's end offset)."""
+    x-opt-delivery-mode key or None, that of x-opt-guarantee or None, the map's end offset)."""
     count, pos, stop = _compound(buf, pos, end, "message-annotations", 1)
     if count & 1:
         raise _fail(f"message-annotations: odd map count {count}", pos)
-    mode = None
-    found = False
+    mode = guarantee = None
+    found = 0  # which of the two keys were seen: 1 the mode, 2 the guarantee
     u32 = _u32
     fmt = _FORMAT
     for _ in range(count >> 1):
@@ -464,7 +468,10 @@ def _delivery_mode(buf: _Buffer, pos: int, end: int) -> tuple[str | None, int]:
             continue
         if pos > stop:
             raise _fail("annotation key runs past the end of message-annotations", start)
-        if pos - start != _MODE_KEY_LEN or buf[start:pos] != _MODE_KEY:
+        length = pos - start
+        which = 1 if length == _MODE_KEY_LEN and buf[start:pos] == _MODE_KEY else \
+            2 if length == _GUARANTEE_KEY_LEN and buf[start:pos] == _GUARANTEE_KEY else 0
+        if not which:
             # Another annotation: skip its value, inline for the usual fixed-width and short
             # string / symbol values, through _skip for the rest.
             if pos < stop:
@@ -480,39 +487,47 @@ def _delivery_mode(buf: _Buffer, pos: int, end: int) -> tuple[str | None, int]:
                     continue
             pos = _skip(buf, pos, stop, 1)
             continue
-        if found:
-            raise _fail("message-annotations: x-opt-delivery-mode appears twice", start)
-        found = True
-        if pos >= stop:
-            raise _fail("truncated: x-opt-delivery-mode has no value", pos)
-        code = buf[pos]
-        at = pos
-        if code == 0xA1 or code == 0xA3:
-            if pos + 2 > stop:
-                raise _fail("truncated x-opt-delivery-mode value", at)
-            start = pos + 2
-            pos = start + buf[pos + 1]
-        elif code == 0xB1 or code == 0xB3:
-            if pos + 5 > stop:
-                raise _fail("truncated x-opt-delivery-mode value", at)
-            start = pos + 5
-            pos = start + u32(buf, pos + 1)[0]
-        elif code == 0x40:
-            pos += 1
-            continue
+        name = "x-opt-delivery-mode" if which == 1 else "x-opt-guarantee"
+        if found & which:
+            raise _fail(f"message-annotations: {name} appears twice", start)
+        found |= which
+        value, pos = _text_value(buf, pos, stop, name)
+        if which == 1:
+            mode = value
         else:
-            raise _fail(
-                f"x-opt-delivery-mode must be a string or symbol, got type code 0x{code:02x}", at
-            )
-        if pos > stop:
-            raise _fail("x-opt-delivery-mode value runs past the end of message-annotations", at)
-        try:
-            mode = str(buf[start:pos], "utf-8")
-        except UnicodeDecodeError:
-            raise _fail("x-opt-delivery-mode value is not valid UTF-8", at) from None
+            guarantee = value
     if pos != stop:
         raise _fail(f"message-annotations: map size and its {count} items disagree", stop)
-    return mode, stop
+    return mode, guarantee, stop
+
+
+def _text_value(buf: _Buffer, pos: int, stop: int, name: str) -> tuple[str | None, int]:
+    """The string or symbol value of annotation `name` at `pos` (None for null), and the
+    offset after it."""
+    if pos >= stop:
+        raise _fail(f"truncated: {name} has no value", pos)
+    code = buf[pos]
+    at = pos
+    if code == 0xA1 or code == 0xA3:
+        if pos + 2 > stop:
+            raise _fail(f"truncated {name} value", at)
+        start = pos + 2
+        pos = start + buf[pos + 1]
+    elif code == 0xB1 or code == 0xB3:
+        if pos + 5 > stop:
+            raise _fail(f"truncated {name} value", at)
+        start = pos + 5
+        pos = start + _u32(buf, pos + 1)[0]
+    elif code == 0x40:
+        return None, pos + 1
+    else:
+        raise _fail(f"{name} must be a string or symbol, got type code 0x{code:02x}", at)
+    if pos > stop:
+        raise _fail(f"{name} value runs past the end of message-annotations", at)
+    try:
+        return str(buf[start:pos], "utf-8"), pos
+    except UnicodeDecodeError:
+        raise _fail(f"{name} value is not valid UTF-8", at) from None
 
 
 def scan(payload: bytes | bytearray | memoryview) -> MessageInfo:
@@ -529,7 +544,7 @@ def scan(payload: bytes | bytearray | memoryview) -> MessageInfo:
     ttl = None
     durable = False
     delivery_count = 0
-    mode = None
+    mode = guarantee = None
     last = 0
     pos = 0
     at = -1
@@ -561,8 +576,8 @@ def scan(payload: bytes | bytearray | memoryview) -> MessageInfo:
             pos = _skip(buf, value, end, 0)
         else:
             at = value
-            mode, pos = _delivery_mode(buf, value, end)
-    return MessageInfo(ttl, mode, durable, delivery_count, at, pos)
+            mode, guarantee, pos = _routing_annotations(buf, value, end)
+    return MessageInfo(ttl, mode, durable, delivery_count, at, pos, guarantee)
 
 
 PUBLISHER_KEY = b"x-opt-exactmesh-publisher"
