@@ -45,7 +45,7 @@ from router.core.message import (
     scan,
     with_redelivery,
 )
-from router.core.records import ALL, MODES, LinkIdentity
+from router.core.records import ALL, EXACTLY_ONCE, GUARANTEES, MODES, LinkIdentity
 from router.core.topics import (
     SHARE_PREFIX,
     TopicError,
@@ -66,6 +66,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("exactmesh.amqp")
 
 DELIVERY_MODE_PROPERTY = symbol("delivery-mode")
+GUARANTEE_PROPERTY = symbol("guarantee")  # exactly-once (default) | at-least-once
 INVALID_FIELD = "amqp:invalid-field"
 NOT_IMPLEMENTED = "amqp:not-implemented"
 NOT_FOUND = "amqp:not-found"
@@ -255,6 +256,11 @@ class AmqpConnection:
             self._refuse(link, INVALID_FIELD, f"link property delivery-mode={mode!r} is not "
                          f"one of {', '.join(MODES)}")
             return
+        guarantee = str(props.get(GUARANTEE_PROPERTY, EXACTLY_ONCE))
+        if guarantee not in GUARANTEES:
+            self._refuse(link, INVALID_FIELD, f"link property guarantee={guarantee!r} is not "
+                         f"one of {', '.join(GUARANTEES)}")
+            return
         resends = publisher_resends(props)
         pre_register(self.node, expected(props))  # before its first message is matched
         link.target.address = address
@@ -266,7 +272,8 @@ class AmqpConnection:
         ls.settle_first = link.remote_rcv_settle_mode != Link.RCV_SECOND
         ls.annotation = publisher_annotation(ident.key)
         view = self.engine.handle(
-            ev.PublisherAttached(self._now, ls.id, ident, address or "", mode, resends))
+            ev.PublisherAttached(self._now, ls.id, ident, address or "", mode, resends,
+                                 once=guarantee == EXACTLY_ONCE))
         if resends:
             link.properties = answer(view)
         link.open()
@@ -449,7 +456,8 @@ class AmqpConnection:
                 return
         payload = annotate(payload, info, ls.annotation)
         self.engine.handle(ev.MessageArrived(self._now, ls.id, tag, payload, settled,
-                                             info.delivery_mode, info.ttl_ms, address))
+                                             info.delivery_mode, info.ttl_ms, address,
+                                             guarantee=info.guarantee))
 
     def _addressed_to(self, ls: LinkState, tag: bytes, payload: bytes,
                       settled: bool) -> str | None:

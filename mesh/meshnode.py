@@ -17,6 +17,7 @@ from typing import Any
 from router.core import events as ev
 from router.core.actions import Forget, Forward, MeshAction, StoredAt, Subscribed, Verdict
 from router.core.engine import Engine
+from router.core.records import AT_LEAST_ONCE
 
 from .gossip import Gossip, RouterRestarted, SubChange
 from .sync import MeshSync
@@ -348,9 +349,10 @@ class MeshNode:
             _, msg_id, address, payload, mode, ttl_ms, _publisher, owed, resend = item[:9]
             presettled = len(item) > 9 and item[9] is True  # absent from older routers
             gens = item[10] if len(item) > 10 and isinstance(item[10], dict) else None
+            once = len(item) <= 11 or item[11] != AT_LEAST_ONCE
             engine.handle(ev.RemoteMessage(now, src, msg_id, address, payload,
                                            owed.get(self.me, []), mode, ttl_ms, resend,
-                                           presettled, gens))
+                                           presettled, gens, once))
         elif kind in (VERDICT, FORMER_VERDICT):
             _, msg_id, accepted, status, keys = item
             engine.handle(ev.PeerVerdict(now, src, msg_id, accepted, status, keys,
@@ -393,10 +395,12 @@ class MeshNode:
         if isinstance(action, Forward):
             item = [MSG, action.msg_id, action.address, action.payload, action.mode,
                     action.ttl_ms, action.publisher, action.owed, action.resend]
-            if action.presettled or action.gens:
+            if action.presettled or action.gens or not action.once:
                 item.append(action.presettled)
-            if action.gens:
+            if action.gens or not action.once:
                 item.append(action.gens)
+            if not action.once:  # absent: exactly once (all an older router knows)
+                item.append(AT_LEAST_ONCE)
             routers = [r for r in action.owed if r not in self._given_up]
             self._transmit(routers, item, now)
             for r in action.owed:

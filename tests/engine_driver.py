@@ -24,9 +24,10 @@ class EngineDriver:
         return self.engine.now if now is None else now
 
     def attach_publisher(self, link: int, ident: LinkIdentity, address: str, mode: str,
-                         resends: list[bytes] | None = None, *, now: float | None = None) -> Any:
+                         resends: list[bytes] | None = None, *, now: float | None = None,
+                         once: bool = True) -> Any:
         return self.engine.handle(
-            ev.PublisherAttached(self._t(now), link, ident, address, mode, resends))
+            ev.PublisherAttached(self._t(now), link, ident, address, mode, resends, once=once))
 
     def detach_publisher(self, link: int, *, final: bool = True,
                          now: float | None = None) -> None:
@@ -49,9 +50,10 @@ class EngineDriver:
 
     def message(self, link: int, tag: bytes, payload: bytes, *, settled: bool = False,
                 mode: str | None = None, ttl_ms: int | None = None, now: float | None = None,
-                address: str | None = None, resend: bool = False) -> None:
+                address: str | None = None, resend: bool = False,
+                guarantee: str | None = None) -> None:
         self.engine.handle(ev.MessageArrived(self._t(now), link, tag, payload, settled, mode,
-                                             ttl_ms, address, resend))
+                                             ttl_ms, address, resend, guarantee))
 
     def refuse_message(self, link: int, tag: bytes, condition: str, description: str, *,
                        settled: bool, now: float | None = None) -> None:
@@ -71,9 +73,10 @@ class EngineDriver:
 
     def remote_message(self, origin: str, msg_id: str, address: str, payload: bytes, *,
                        owed: list[str], mode: str, ttl_ms: int | None,
-                       now: float | None = None, resend: bool = False) -> None:
+                       now: float | None = None, resend: bool = False,
+                       once: bool = True) -> None:
         self.engine.handle(ev.RemoteMessage(self._t(now), origin, msg_id, address, payload,
-                                            owed, mode, ttl_ms, resend))
+                                            owed, mode, ttl_ms, resend, once=once))
 
     def peer_verdict(self, router: str, msg_id: str, accepted: bool, status: dict[str, Any],
                      keys: list[str] | None = None, *, now: float | None = None,

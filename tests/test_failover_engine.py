@@ -62,7 +62,7 @@ class Wire:
                     live[dst].remote_message(src, action.msg_id, action.address,
                                              action.payload, owed=keys, mode=action.mode,
                                              ttl_ms=action.ttl_ms, now=now,
-                                             resend=action.resend)
+                                             resend=action.resend, once=action.once)
         elif isinstance(action, Verdict):
             if action.origin in live:
                 live[action.origin].peer_verdict(src, action.msg_id, action.accepted,
@@ -597,3 +597,77 @@ def test_a_late_plain_copy_after_the_record_was_forgotten_is_not_delivered_again
     w._carry("B", held[0], 0.6)  # the late plain copy
     w.pump(0.6)
     assert w.take("D", Send) == [], "delivered again after the subscriber accepted it"
+
+
+# ---------------------------------------------------------------- at least once
+
+
+def test_at_least_once_still_waits_for_every_subscriber_across_routers() -> None:
+    """What at-least-once keeps: the publisher hears 'accepted' only when every subscriber,
+    here and at other routers, accepted."""
+    w = Wire("A", "C")
+    subscribe(w, "A", 1)
+    subscribe(w, "C", 2)
+    w["A"].attach_publisher(9, PUB, "orders/eu", "all", once=False)
+    publish(w, "A", 9, [b"1"])
+    accept(w, "A", 1, w.take("A", Send))
+    assert outcomes(w, "A") == {}, "told before the subscriber at C accepted"
+    accept(w, "C", 2, w.take("C", Send))
+    assert outcomes(w, "A") == {b"1": ACCEPTED}
+
+
+def test_a_resend_of_a_forgotten_at_least_once_message_is_delivered_again() -> None:
+    """What at-least-once drops: the tombstone. The same story as the exactly-once test
+    above (`..._is_answered_from_its_tombstone`): here the resend reaches the subscriber
+    again, and the publisher hears 'accepted' once it accepted that copy too."""
+    w = Wire("A", "B", "C")
+    subscribe(w, "C", 1)
+    w["A"].attach_publisher(9, PUB, "orders/eu", "all", once=False)
+    publish(w, "A", 9, [b"1"])
+    accept(w, "C", 1, w.take("C", Send))
+    w["A"].publisher_settled(9, b"1")
+    w.pump()
+    assert not w["C"].records and not w["A"].records
+    assert w["A"].remembered(tag_of(b"1").decode()) is None
+    w.crash("A", now=1.0)
+    w["B"].attach_publisher(7, PUB, "orders/eu", "all", [b"1"], once=False)
+    publish(w, "B", 7, [b"1"], now=1.1)
+    (again,) = w.take("C", Send)
+    assert again.tag == tag_of(b"1")
+    assert outcomes(w, "B") == {}
+    accept(w, "C", 1, [again], now=1.2)
+    assert outcomes(w, "B") == {b"1": ACCEPTED}
+
+
+def test_a_late_plain_copy_of_an_at_least_once_message_is_delivered_again() -> None:
+    """The destination keeps no tombstone of an at-least-once message either (the mesh
+    carries the guarantee with the message: `Forward.once`)."""
+    w = Wire("A", "D")
+    subscribe(w, "D", 1)
+    w["A"].attach_publisher(9, PUB, "orders/eu", "all", once=False)
+    w["A"].message(9, b"1", b"body 1", now=0.1)
+    (held,) = [a for a in w["A"].take_actions() if isinstance(a, Forward)]
+    assert held.once is False
+    w._carry("A", held, 0.1)
+    w.pump(0.1)
+    (copy,) = w.take("D", Send)
+    accept(w, "D", 1, [copy], now=0.2)
+    w["A"].publisher_settled(9, b"1", now=0.3)
+    w.pump(0.3)
+    assert not w["D"].records and w["D"].remembered(copy.tag.decode()) is None
+    w._carry("A", held, 0.4)  # the same forward again, late
+    w.pump(0.4)
+    assert [s.tag for s in w.take("D", Send)] == [copy.tag]
+
+
+def test_a_message_annotation_overrides_its_links_guarantee_both_ways() -> None:
+    w = Wire("A")
+    subscribe(w, "A", 1)
+    w["A"].attach_publisher(9, PUB, "orders/eu", "all")  # exactly once
+    w["A"].attach_publisher(8, LinkIdentity("shop", "pub/other"), "orders/eu", "all",
+                            once=False)
+    w["A"].message(9, b"1", b"x", guarantee="at-least-once")
+    w["A"].message(8, b"2", b"y", guarantee="exactly-once")
+    w["A"].message(9, b"3", b"z", guarantee="bogus")  # not a guarantee: the link's
+    assert {r.pub_tag: r.once for r in w["A"].records.values()} == {
+        b"1": False, b"2": True, b"3": True}

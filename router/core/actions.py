@@ -208,10 +208,12 @@ class Forward:
     resend: bool = False
     presettled: bool = False
     gens: dict[str, int] | None = None
+    once: bool = True  # False: at least once (its destinations keep no tombstone of it)
 
     def __init__(self, msg_id: str, owed: dict[str, list[str]], address: str, payload: bytes,
                  mode: str, ttl_ms: int | None, publisher: str, resend: bool = False,
-                 presettled: bool = False, gens: dict[str, int] | None = None) -> None:
+                 presettled: bool = False, gens: dict[str, int] | None = None,
+                 once: bool = True) -> None:
         self.msg_id = msg_id
         self.owed = owed
         self.address = address
@@ -222,6 +224,7 @@ class Forward:
         self.resend = resend
         self.presettled = presettled
         self.gens = gens
+        self.once = once
 
 
 @dataclass(slots=True, init=False)

@@ -75,6 +75,8 @@ from .events import (
 from .failover import AWAY, LINK_STOLEN, FailoverMixin
 from .records import (
     ALL,
+    EXACTLY_ONCE,
+    GUARANTEES,
     IN_DOUBT,
     MODES,
     Copy,
@@ -240,7 +242,7 @@ class Engine(FailoverMixin):
         """Attaches, detaches, gossip and lost routers: events that do not come per message."""
         if isinstance(event, PublisherAttached):
             return self._attach_publisher(event.link, event.ident, event.address, event.mode,
-                                          event.resends, event.stored_enough)
+                                          event.resends, event.stored_enough, event.once)
         if isinstance(event, PublisherDetached):
             self._detach_publisher(event.link, event.final)
         elif isinstance(event, SubscriberAttached):
@@ -350,7 +352,7 @@ class Engine(FailoverMixin):
 
     def _attach_publisher(
         self, link: int, ident: LinkIdentity, address: str, mode: str,
-        resends: list[bytes] | None, stored_enough: bool = False,
+        resends: list[bytes] | None, stored_enough: bool = False, once: bool = True,
     ) -> dict[str, Any]:
         """A client attached a link to send to topic `address` (already validated).
         `resends` are the tags it declared unsettled (resume): it sends those again, and the
@@ -361,6 +363,7 @@ class Engine(FailoverMixin):
         label = ident.label(self.config.router_id)
         self._replace_publisher(ident, label)
         pub = Publisher(link, ident, address, mode, label, stored_enough)
+        pub.once = once
         declared = list(dict.fromkeys(resends or ()))
         pub.resends = {t: i for i, t in enumerate(declared)}
         pub.resend_ids = {outgoing_tag(ident.container, ident.name, t).decode(): t
@@ -566,6 +569,7 @@ class Engine(FailoverMixin):
         rec = Record(self._seq, None, b"", msg_id.encode(), ev.payload, mode, ev.presettled,
                      expires, address=ev.address, origin=origin)
         rec.fresh = not ev.resend
+        rec.once = ev.once
         self.stats.received += 1
         self._track(rec)
         self._mesh_records[(origin, msg_id)] = rec
@@ -806,6 +810,8 @@ class Engine(FailoverMixin):
         expires = self._now + ttl_ms / 1000.0 if ttl_ms else None
         rec = Record(seq, pub, tag, out_tag, payload, mode, settled, expires)
         rec.fresh = not (resend or declared)
+        guarantee = ev.guarantee
+        rec.once = pub.once if guarantee not in GUARANTEES else guarantee == EXACTLY_ONCE
         if ev.address is not None:
             rec.address = ev.address
         matched = self._index.match(rec.address)
@@ -1014,7 +1020,7 @@ class Engine(FailoverMixin):
             pub = rec.publisher
             self._actions.append(Forward(rec.id, owed, rec.address, rec.payload, rec.mode,
                                          ttl_ms, pub.label if pub is not None else "", resend,
-                                         presettled, gens or None))
+                                         presettled, gens or None, rec.once))
 
     def _refuse_message(
         self, link: int, tag: bytes, condition: str, description: str, settled: bool

@@ -39,12 +39,14 @@ class Event:
 class PublisherAttached(Event):
     """A client attached a link to send to topic `address` (validated) in delivery `mode`.
     `resends`: the tags it declared unsettled on resume (it sends them again).
-    `stored_enough`: its acknowledgement counts copies a relay stored (MQTT, docs/relay.md)."""
+    `stored_enough`: its acknowledgement counts copies a relay stored (MQTT, docs/relay.md).
+    `once`: its messages are exactly once unless one says otherwise (False: at least once)."""
 
-    __slots__ = ("address", "ident", "link", "mode", "resends", "stored_enough")
+    __slots__ = ("address", "ident", "link", "mode", "once", "resends", "stored_enough")
 
     def __init__(self, now: float, link: int, ident: LinkIdentity, address: str, mode: str,
-                 resends: list[bytes] | None = None, stored_enough: bool = False) -> None:
+                 resends: list[bytes] | None = None, stored_enough: bool = False,
+                 once: bool = True) -> None:
         self.now = now
         self.link = link
         self.ident = ident
@@ -52,6 +54,7 @@ class PublisherAttached(Event):
         self.mode = mode
         self.resends = resends
         self.stored_enough = stored_enough
+        self.once = once
 
 
 class PublisherDetached(Event):
@@ -119,13 +122,16 @@ class SubscriberCredit(Event):
 class MessageArrived(Event):
     """A publisher's delivery arrived whole. `mode`: a per-message delivery mode override;
     `ttl_ms`: its time to live; `address`: its topic when the link has none of its own (MQTT);
-    `resend`: it may be a resend of one the mesh has (MQTT DUP=1)."""
+    `resend`: it may be a resend of one the mesh has (MQTT DUP=1). `guarantee`: a per-message
+    guarantee override (`x-opt-guarantee`: "exactly-once" or "at-least-once")."""
 
-    __slots__ = ("address", "link", "mode", "payload", "resend", "settled", "tag", "ttl_ms")
+    __slots__ = ("address", "guarantee", "link", "mode", "payload", "resend", "settled", "tag",
+                 "ttl_ms")
 
     def __init__(self, now: float, link: int, tag: bytes, payload: bytes,
                  settled: bool = False, mode: str | None = None, ttl_ms: int | None = None,
-                 address: str | None = None, resend: bool = False) -> None:
+                 address: str | None = None, resend: bool = False,
+                 guarantee: str | None = None) -> None:
         self.now = now
         self.link = link
         self.tag = tag
@@ -135,6 +141,7 @@ class MessageArrived(Event):
         self.ttl_ms = ttl_ms
         self.address = address
         self.resend = resend
+        self.guarantee = guarantee
 
 
 class MessageRefused(Event):
@@ -201,14 +208,16 @@ class PublisherSettled(Event):
 class RemoteMessage(Event):
     """Router `origin`'s message `msg_id`, owed to subscribers `owed` (keys) here;
     `presettled`: at most once (sent to those attached, answered for to nobody). `gens`: the
-    attach generation each owed key was owed it at, by key (None from an older router)."""
+    attach generation each owed key was owed it at, by key (None from an older router).
+    `once`: exactly once (False: at least once, as its publisher asked)."""
 
-    __slots__ = ("address", "gens", "mode", "msg_id", "origin", "owed", "payload",
+    __slots__ = ("address", "gens", "mode", "msg_id", "once", "origin", "owed", "payload",
                  "presettled", "resend", "ttl_ms")
 
     def __init__(self, now: float, origin: str, msg_id: str, address: str, payload: bytes,
                  owed: list[str], mode: str, ttl_ms: int | None, resend: bool = False,
-                 presettled: bool = False, gens: dict[str, int] | None = None) -> None:
+                 presettled: bool = False, gens: dict[str, int] | None = None,
+                 once: bool = True) -> None:
         self.now = now
         self.origin = origin
         self.msg_id = msg_id
@@ -220,6 +229,7 @@ class RemoteMessage(Event):
         self.resend = resend
         self.presettled = presettled
         self.gens = gens
+        self.once = once
 
 
 class PeerVerdict(Event):

@@ -1080,8 +1080,8 @@ class FailoverMixin(GroupsMixin):
         deliver to them again (`_message`)."""
         if self._released:
             self._drop_released(rec.id)
-        if rec.presettled:
-            return
+        if rec.presettled or not rec.once:
+            return  # at least once: a resend or a late copy of it is delivered again
         outcome = rec.final if rec.partial else rec.outcome
         keys: tuple[tuple[str, ...], tuple[str, ...]] = ((), ())
         if len(rec.copies) == 1:  # the usual single copy, without building tuples in a loop

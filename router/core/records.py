@@ -22,6 +22,14 @@ ALL = "all"
 SOME = "some"
 MODES = (ALL, SOME)
 
+# The guarantee a message gets (docs/guarantees.md, "At least once"): exactly once (the
+# default), or at least once, which keeps "accepted only when every subscriber accepted" and
+# drops what exactly-once needs beyond it: a forgotten record leaves no tombstone, so a
+# resend or a late copy of it is delivered again.
+EXACTLY_ONCE = "exactly-once"
+AT_LEAST_ONCE = "at-least-once"
+GUARANTEES = (EXACTLY_ONCE, AT_LEAST_ONCE)
+
 
 # The key of a status (`Record.status`) listing the failed subscribers that may have
 # processed the message all the same (docs/guarantees.md, "Failed, or in doubt").
@@ -134,7 +142,7 @@ class Subscriber:
 
 class Publisher:
     __slots__ = (
-        "address", "credit_out", "ident", "label", "link", "live", "mode", "records",
+        "address", "credit_out", "ident", "label", "link", "live", "mode", "once", "records",
         "resend_ids", "resends",
         "stored_enough",
     )
@@ -148,6 +156,7 @@ class Publisher:
         self.ident = ident
         self.address = address
         self.mode = mode
+        self.once = True  # its messages' guarantee, unless one says otherwise: exactly once
         self.label = label
         self.live = 0  # records of this link not yet forgotten: the memory the link holds
         self.credit_out = 0  # credit granted and not yet used
@@ -244,6 +253,7 @@ class Record:
         "held",
         "id",
         "mode",
+        "once",
         "origin",
         "orphan_until",
         "out_tag",
@@ -294,6 +304,7 @@ class Record:
         self.payload = payload
         self.address = publisher.address if publisher is not None else address
         self.mode = mode
+        self.once = True  # exactly once; False: at least once (no tombstone when forgotten)
         self.presettled = presettled
         self.expires = expires
         self.copies: dict[int, Copy] = {}  # by subscriber sid
