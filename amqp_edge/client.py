@@ -62,6 +62,7 @@ from .sdk_core import (  # noqa: F401 (re-exported: constants callers may read)
     RESUME_ACCEPTED_MAX,
     Failure,
     MemoryPublisherStore,
+    MemorySubscriberStore,
     Outcome,
     PublisherCore,
     Reconnect,
@@ -91,6 +92,11 @@ log = logging.getLogger("exactmesh.client")
 
 RESUME_KEY = symbol("exactmesh:resume")
 DELIVERY_MODE_KEY = symbol("delivery-mode")
+GUARANTEE_KEY = symbol("guarantee")
+GUARANTEES = ("exactly-once", "at-least-once")  # docs/guarantees.md, "At least once"
+# An at-least-once subscriber remembers this many answered tags, in memory, to drop repeats
+# within one run of its process.
+AT_LEAST_ONCE_MEMORY = 100_000
 EXPECT_KEY = symbol("exactmesh:expect")  # pre-registration: amqp_edge/expect.py
 # AMQP idle timeout the clients ask for: a router that hangs without closing its sockets (a
 # frozen process, a dead host) is noticed within about twice this, and the client fails
@@ -212,6 +218,11 @@ def _check_name(name: str) -> str:
         raise ValueError(f"client id {name!r} must be a non-empty string of at most 200 "
                          "characters")
     return name
+
+
+def _check_guarantee(guarantee: str) -> None:
+    if guarantee not in GUARANTEES:
+        raise ValueError(f"guarantee {guarantee!r} is not one of {', '.join(GUARANTEES)}")
 
 
 class _Options(LinkOption):
@@ -777,6 +788,10 @@ class Publisher(_ClientLoop):
       from its first attach on, before they ever attach, for `expect_timeout` seconds.
     - `disconnect()` / `connect()`, `advisories()` and `on_advisory`: see `_ClientLoop`.
       While disconnected, `send` still stores (until the window is full), for the next connect.
+    - `guarantee="at-least-once"` (link property `guarantee`): an outcome still means every
+      subscriber accepted, but the routers keep no tombstone of a message once it is done, so
+      a resend after that (this publisher restarted after the mesh forgot the message, say)
+      is delivered again. For subscribers that drop repeats themselves (docs/guarantees.md).
     """
 
     kind = "publisher"
@@ -794,6 +809,7 @@ class Publisher(_ClientLoop):
         connect_timeout: float | None = None,
         idle_timeout: float = IDLE_TIMEOUT,
         mode: str | None = None,
+        guarantee: str = "exactly-once",
         synchronous: str = "NORMAL",
         store: Any = None,
         on_advisory: Callable[[Advisory], None] | None = None,
@@ -809,6 +825,7 @@ class Publisher(_ClientLoop):
             raise ValueError(f"bad topic {topic!r}: {err}") from None
         if window < 1:
             raise ValueError("window must be at least 1")
+        _check_guarantee(guarantee)
         parse_urls(urls)  # every argument is checked before the state directory is touched
         if (store is None) == (state_dir is None):
             raise ValueError("give a publisher either state_dir or store (not both)")
@@ -823,6 +840,7 @@ class Publisher(_ClientLoop):
         self.link_name = f"pub/{self._name}"
         self.window = window
         self._mode = mode
+        self.guarantee = guarantee
         self._expect = expectations(expect or {}, expect_timeout)
         self._on_outcome = on_outcome
         # The publisher's decisions (amqp_edge.sdk_core). The application's thread publishes
@@ -955,6 +973,8 @@ class Publisher(_ClientLoop):
         props: dict = {RESUME_KEY: self._core.declaration()}
         if self._mode is not None:
             props[DELIVERY_MODE_KEY] = self._mode
+        if self.guarantee != "exactly-once":
+            props[GUARANTEE_KEY] = self.guarantee
         if self._expect:
             props[EXPECT_KEY] = self._expect
         return self._container.create_sender(conn, self.topic, name=self.link_name,
@@ -1101,6 +1121,10 @@ class Subscriber(_ClientLoop):
       (`exactmesh relay`, docs/relay.md), always durable; while it is away the relay keeps
       what arrives for it for its registration (`timeout`, or the relay's `--registration`).
     - `disconnect()` / `connect()`, `advisories()` and `on_advisory`: see `_ClientLoop`.
+    - `guarantee="at-least-once"`: no `state_dir` and no disk write per message; the answers
+      it gave are kept in memory (the last 100,000), so a repeat within one run of the process
+      is still dropped, but after a restart the application may see again what it accepted
+      before. For applications that drop repeats themselves (by `message_id`, say).
     """
 
     kind = "subscriber"
@@ -1111,9 +1135,10 @@ class Subscriber(_ClientLoop):
         topic_filter: str = "",
         *,
         id: str,
-        state_dir: str,
+        state_dir: str | None = None,
         relay: str | None = None,
         durable: bool = False,
+        guarantee: str = "exactly-once",
         timeout: float | None = None,
         prefetch: int = 100,
         keep_processed: float = 24 * 3600.0,
@@ -1133,8 +1158,19 @@ class Subscriber(_ClientLoop):
             raise ValueError(f"bad topic filter {topic_filter!r}: {err}") from None
         if prefetch < 1:
             raise ValueError("prefetch must be at least 1")
+        _check_guarantee(guarantee)
         parse_urls(urls)
-        self._store = SubscriberStore(state_dir, _check_name(id), topic_filter, synchronous)
+        self.guarantee = guarantee
+        self._store: Any
+        if guarantee == "at-least-once":  # nothing on disk: repeats dropped within a run only
+            _check_name(id)
+            self._store = MemorySubscriberStore(time.time, limit=AT_LEAST_ONCE_MEMORY)
+        elif state_dir is None:
+            raise ValueError("an exactly-once subscriber needs state_dir, where it records "
+                             "what it processed; or give guarantee='at-least-once'")
+        else:
+            self._store = SubscriberStore(state_dir, _check_name(id), topic_filter,
+                                          synchronous)
         super().__init__(urls, id, connect_timeout=connect_timeout, idle_timeout=idle_timeout,
                          on_advisory=on_advisory, autoconnect=autoconnect, login=login)
         self.topic_filter = topic_filter

@@ -750,8 +750,10 @@ class MemorySubscriberStore:
     interface of `client_store.SubscriberStore`, with `clock()` for the times it stamps and
     compares (e.g. a simulator's clock)."""
 
-    def __init__(self, clock: Callable[[], float]) -> None:
+    def __init__(self, clock: Callable[[], float], limit: int | None = None) -> None:
         self._clock = clock
+        # Insertion order is answer order: past `limit` tags, the oldest answer goes first.
+        self._limit = limit
         self._processed: dict[str, tuple[str, float]] = {}  # tag -> (outcome, at)
         self._gen = 0
         self._accepted = 0
@@ -771,6 +773,8 @@ class MemorySubscriberStore:
         if tag in self._processed:
             return False
         self._processed[tag] = (outcome, self._clock())
+        if self._limit is not None and len(self._processed) > self._limit:
+            del self._processed[next(iter(self._processed))]
         if outcome == "accepted":
             self._accepted += 1
         return True
