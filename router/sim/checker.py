@@ -417,7 +417,9 @@ class Checker:
             # Its router forgot the record it sent the earlier copies from, and took a resend
             # for a new message: only after its publisher resent it (too late for the router:
             # reconnect-timeout) may that happen, and then the subscriber may get it again.
-            if msg.resends == 0 and sub.strict:
+            # At least once, a late copy from the mesh after the record was forgotten is
+            # delivered again too: nobody kept a tombstone of it.
+            if msg.resends == 0 and sub.strict and getattr(msg.pub, "once", True):
                 self.fail(f"{sub.label} got {msg.id} from a second record at {sub.router.id} "
                           "although its publisher never resent it")
             sub.dup_ok.add(msg.id)

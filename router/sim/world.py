@@ -197,6 +197,10 @@ class Params:
     # are all stored give their publisher's window back and their body to the store. Not with
     # MQTT devices (an MQTT publisher is answered on stored copies: not in the checker yet).
     relay: int = 0
+    # Share of publishers that publish at least once (docs/guarantees.md, "At least once"):
+    # their routers keep no tombstones of their messages. Drawn from a generator of its own;
+    # 0: none, and no draw for it.
+    alo: float = 0.0
 
     def __post_init__(self) -> None:
         if self.relay and self.mqtt:
@@ -549,6 +553,7 @@ class PubClient(Client):
         self.undecided: dict[bytes, Msg] = {}  # by publisher tag, in publish order
         self.decided: dict[bytes, Msg] = {}  # outcome known, not settled yet
         self.resend_queue: deque[bytes] = deque()  # declared on attach, not sent again yet
+        self.once = True  # False: it publishes at least once (Params.alo)
         self.sdk: SdkPublisher | None = None  # run by the SDK's state machine (sim/sdk.py)
         # Its payloads as AMQP messages (MQTT subscribers may get them: router/sim/mqtt.py).
         self.body: Callable[[bytes], bytes] | None = None
@@ -612,6 +617,7 @@ class World(SdkClients):
         self.rng = random.Random(p.seed)
         self.sdk_rng = random.Random(f"exactmesh-sdk-clients-{p.seed}")  # who runs the SDK
         self.wire_rng = random.Random(f"exactmesh-wire-clients-{p.seed}")  # ... over AMQP
+        self.alo_rng = random.Random(f"exactmesh-alo-clients-{p.seed}")  # who is at least once
         self.now = 0.0
         self._queue: list[tuple[float, int, Callable[..., None], tuple]] = []
         self._tie = itertools.count()
@@ -1091,16 +1097,19 @@ class World(SdkClients):
         pub.body = self.mqtt.amqp_body(topic) or self.amqp.amqp_body(topic)
         if pub.sdk is not None and p.wire > 0 and self.wire_rng.random() < p.wire:
             self.amqp.make(pub)
+        if p.alo > 0 and self.alo_rng.random() < p.alo and pub.wire is None:
+            pub.once = False
         self.clients[link] = pub
         self.all_clients.append(pub)
         self.log(f"attach publisher {pub.label} topic {topic} mode {mode}"
                  f"{' survivor' if survivor else ''}{' SDK' if pub.sdk else ''}"
-                 f"{' AMQP' if pub.wire else ''}")
+                 f"{' AMQP' if pub.wire else ''}{'' if pub.once else ' at-least-once'}")
         if pub.wire is not None:
             self.amqp.attach(pub, r)
             return pub
         r.loop.register_link(link, r.clients, pub)
-        r.engine.handle(ev.PublisherAttached(self.now, link, pub.ident, topic, mode))
+        r.engine.handle(ev.PublisherAttached(self.now, link, pub.ident, topic, mode,
+                                             once=pub.once))
         if pub.sdk is not None:
             pub.sdk.core.attached()
         self.settle(r)
@@ -1334,7 +1343,7 @@ class World(SdkClients):
         pub.resend_queue = deque(resends if pub.sdk is None else ())
         r.loop.register_link(link, r.clients, pub)
         r.engine.handle(ev.PublisherAttached(self.now, link, pub.ident, pub.topic, pub.mode,
-                                             resends))
+                                             resends, once=pub.once))
         if pub.sdk is not None:
             pub.sdk.core.attached()  # it sends its resends first when credit comes
         self.settle(r)
