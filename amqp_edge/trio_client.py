@@ -230,7 +230,7 @@ async def _close(client: Any, changes: _Changes) -> None:
 async def open_publisher(urls: str | Sequence[str] | None = None, *, topic: str, id: str,
                          state_dir: str, **options: Any) -> AsyncIterator[TrioPublisher]:
     """A `TrioPublisher`; `options` are those of `amqp_edge.client.Publisher` (window,
-    connect_timeout, on_outcome, relay, on_advisory, autoconnect, ...). Closing does not
+    connect_timeout, on_outcome, relay, on_advisory, autoconnect, guarantee, ...). Closing does not
     flush: `await pub.flush()` first."""
     pub = await trio.to_thread.run_sync(functools.partial(
         Publisher, urls, topic, id=id, state_dir=state_dir, **options))
@@ -243,10 +243,11 @@ async def open_publisher(urls: str | Sequence[str] | None = None, *, topic: str,
 
 @asynccontextmanager
 async def open_subscriber(urls: str | Sequence[str] | None = None, topic_filter: str = "", *,
-                          id: str, state_dir: str,
+                          id: str, state_dir: str | None = None,
                           **options: Any) -> AsyncIterator[TrioSubscriber]:
     """A `TrioSubscriber`; `options` are those of `amqp_edge.client.Subscriber` (durable,
-    timeout, prefetch, connect_timeout, relay, on_advisory, autoconnect, ...)."""
+    timeout, prefetch, connect_timeout, relay, on_advisory, autoconnect, guarantee, ...):
+    `state_dir` may be left out with guarantee="at-least-once"."""
     sub = await trio.to_thread.run_sync(functools.partial(
         Subscriber, urls, topic_filter, id=id, state_dir=state_dir, **options))
     ts = TrioSubscriber(sub)

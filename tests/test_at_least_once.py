@@ -124,3 +124,34 @@ def test_a_bad_guarantee_is_refused_with_a_clear_error() -> None:
         Subscriber("amqp://127.0.0.1:1", "t", id="x", guarantee="sometimes")
     with pytest.raises(ValueError, match="needs state_dir"):
         Subscriber("amqp://127.0.0.1:1", "t", id="x")
+
+
+def test_the_trio_client_publishes_and_subscribes_at_least_once(tmp_path: Path) -> None:
+    import trio
+
+    from amqp_edge.trio_client import open_publisher, open_subscriber
+
+    with Router() as router:
+        url = f"amqp://{router.url}"
+
+        async def main() -> list[str]:
+            got: list[str] = []
+            async with open_subscriber(url, "orders/#", id="billing",
+                                       guarantee="at-least-once") as sub:
+                await trio.to_thread.run_sync(lambda: wait_for(
+                    lambda: router.health("subscribers") == 1, 10, "the subscriber"))
+                async with open_publisher(url, topic=TOPIC, id="shop",
+                                          state_dir=str(tmp_path / "pub"),
+                                          guarantee="at-least-once") as pub:
+                    for i in range(10):
+                        await pub.send(f"order {i}")
+                    with trio.fail_after(10):
+                        async for msg in sub:
+                            got.append(str(msg.message_id))
+                            await sub.accept(msg)
+                            if len(got) == 10:
+                                break
+                        await pub.flush()
+            return got
+
+        assert trio.run(main) == [f"shop:{i}" for i in range(1, 11)]
