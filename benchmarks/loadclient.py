@@ -232,6 +232,8 @@ class Publisher:
         self.link.target.address = args.topic
         self.link.snd_settle_mode = proton.Link.SND_UNSETTLED
         self.link.rcv_settle_mode = proton.Link.RCV_FIRST
+        if args.guarantee:  # docs/guarantees.md, "At least once"
+            self.link.properties = {proton.symbol("guarantee"): args.guarantee}
         self.link.open()
         self.link_c = self.link._impl
         body = MARK + struct.pack(">IQ", args.pub_id, 0)
@@ -521,6 +523,8 @@ def build_parser() -> argparse.ArgumentParser:
     pub.add_argument("--window", type=int, default=200, help="max unsettled deliveries")
     pub.add_argument("--size", type=int, default=100, help="message body bytes")
     pub.add_argument("--pub-id", type=int, default=0)
+    pub.add_argument("--guarantee", choices=["exactly-once", "at-least-once"],
+                     help="the link property guarantee (default: none sent, exactly once)")
     pub.add_argument(
         "--wait-go", action="store_true", help="print 'attached', then wait for a stdin line"
     )

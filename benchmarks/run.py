@@ -58,6 +58,7 @@ class Config:
     line: int = 0  # also run 1 -> 1 through a line of this many routers (0: no)
     router_args: tuple[str, ...] = ()  # extra options for every router
     workers: int = 1  # `exactmesh router --workers N` for the one-router scenarios
+    guarantee: str = ""  # the publishers' link property guarantee ("": none sent)
 
 
 class LineWatcher(threading.Thread):
@@ -283,6 +284,8 @@ def start_pubs(cfg: Config, port: int, tag: str) -> list[Child]:
         argv = client_argv(cfg, port, "pub", path)
         argv += ["--topic", f"bench/t{i}", "--pub-id", str(i), "--count", str(cfg.count)]
         argv += ["--window", str(cfg.window), "--size", str(cfg.size), "--wait-go"]
+        if cfg.guarantee:
+            argv += ["--guarantee", cfg.guarantee]
         argv += ["--deadline-s", str(cfg.deadline_s + ATTACH_TIMEOUT_S)]
         child = spawn(
             f"pub{i}", argv, ("attached", "done"), cfg.workdir / f"{tag}-pub{i}.log", True
@@ -319,6 +322,8 @@ def run_scenario(cfg: Config, n_subs: int, line: int = 1) -> ScenarioResult:
                                                         else "")
     if line == 1 and cfg.workers > 1:
         name += f", {cfg.workers} workers"
+    if cfg.guarantee == "at-least-once":
+        name += ", at least once"
     res = ScenarioResult(name, cfg.publishers, n_subs, cfg.count,
                          routers=line if line > 1 else cfg.workers)
     tag = f"p{cfg.publishers}s{n_subs}l{line}"
@@ -617,6 +622,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--workers", type=int, default=1,
                    help="run the one-router scenarios on `exactmesh router --workers N` "
                    "(router CPU summed over the workers)")
+    p.add_argument("--guarantee", choices=["exactly-once", "at-least-once"],
+                   help="the publishers' delivery guarantee (link property; default: exactly "
+                   "once, the router's default)")
     p.add_argument("--json-out", help="also write all raw results here")
     args = p.parse_args(argv)
     if args.exact_filter and args.publishers != 1:
@@ -639,6 +647,7 @@ def make_config(args: argparse.Namespace, workdir: Path) -> Config:
         line=args.line,
         router_args=tuple(shlex.split(args.router_args or "")),
         workers=args.workers,
+        guarantee=args.guarantee or "",
     )
 
 

@@ -4,7 +4,9 @@ One `exactmesh router`, 1 publisher -> 1 subscriber, 100-byte bodies, the publis
 `--window` messages without an outcome; every client in its own process (no shared GIL):
 
     sdk     amqp_edge.client: a blocking `Publisher` (send() in a loop, SQLite group commits)
-            and a `Subscriber` (receive(), accept(): a commit per message), non-durable
+            and a durable `Subscriber` (receive_many(), accept_many(): a commit per batch)
+    sdk-alo the same two with guarantee="at-least-once" (docs/guarantees.md): the routers
+            keep no tombstones, the subscriber keeps no state directory
     proton  plain python-qpid-proton `Container` clients: a MessagingHandler sender keeping
             `window` unsettled, a receiver auto-accepting (prefetch = `--credit`)
     lean    the engine-level cffi clients of benchmarks/loadclient.py: the router's ceiling
@@ -48,7 +50,8 @@ from benchmarks.common import free_port, load_line, write_json
 
 TOPIC = "bench/t0"
 FILTER = "bench/#"
-KINDS = ("sdk", "proton", "lean")
+KINDS = ("sdk", "sdk-alo", "proton", "lean")
+ALO = {"guarantee": "at-least-once"}
 ATTACH_TIMEOUT_S = 20.0
 
 
@@ -77,7 +80,7 @@ def _stdin_lines(on_line: Any) -> None:
     threading.Thread(target=run, daemon=True).start()
 
 
-def sdk_pub(args: argparse.Namespace) -> dict[str, Any]:
+def sdk_pub(args: argparse.Namespace, **options: Any) -> dict[str, Any]:
     from amqp_edge.client import Outcome, Publisher
 
     go = threading.Event()
@@ -92,7 +95,7 @@ def sdk_pub(args: argparse.Namespace) -> dict[str, Any]:
         states[outcome.state] += 1
 
     pub = Publisher([args.url], TOPIC, id=f"tp-{os.getpid()}", state_dir=args.state_dir,
-                    window=args.window, on_outcome=on_outcome)
+                    window=args.window, on_outcome=on_outcome, **options)
     error = ""
     try:
         pub.wait_attached(ATTACH_TIMEOUT_S)
@@ -117,14 +120,15 @@ def sdk_pub(args: argparse.Namespace) -> dict[str, Any]:
             "cpu_s": cpu, "latency_ms": _quantiles_ms(lat), "error": error}
 
 
-def sdk_sub(args: argparse.Namespace) -> dict[str, Any]:
+def sdk_sub(args: argparse.Namespace, **options: Any) -> dict[str, Any]:
     from amqp_edge.client import ClientClosed, Subscriber
 
     stop = threading.Event()
     _stdin_lines(lambda line: stop.set() if line in ("stop", None) else None)
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    sub = Subscriber([args.url], FILTER, id=f"ts-{os.getpid()}", state_dir=args.state_dir,
-                     prefetch=args.credit, durable=True)
+    state_dir = None if options else args.state_dir  # at least once: none
+    sub = Subscriber([args.url], FILTER, id=f"ts-{os.getpid()}", state_dir=state_dir,
+                     prefetch=args.credit, durable=True, **options)
     # Batches (one commit each) where the SDK has them; before it did, one message at a time.
     batched = hasattr(sub, "accept_many") and args.batch > 1
     seen: set[Any] = set()
@@ -338,7 +342,8 @@ def proton_sub(args: argparse.Namespace) -> dict[str, Any]:
 
 
 CLIENTS = {"sdk-pub": sdk_pub, "sdk-sub": sdk_sub, "proton-pub": proton_pub,
-           "proton-sub": proton_sub}
+           "proton-sub": proton_sub, "sdk-alo-pub": lambda args: sdk_pub(args, **ALO),
+           "sdk-alo-sub": lambda args: sdk_sub(args, **ALO)}
 
 
 def client_main(argv: list[str]) -> int:
@@ -788,6 +793,10 @@ def main(argv: list[str] | None = None) -> int:
         if "sdk" in by_kind and "proton" in by_kind and by_kind["proton"]["msgs_per_s"]:
             ratio = by_kind["sdk"]["msgs_per_s"] / by_kind["proton"]["msgs_per_s"]
             print(f"SDK / plain proton throughput, medians of {label}: {ratio:.2f}")
+        if "sdk-alo" in by_kind and "proton" in by_kind and by_kind["proton"]["msgs_per_s"]:
+            ratio = by_kind["sdk-alo"]["msgs_per_s"] / by_kind["proton"]["msgs_per_s"]
+            print(f"SDK at least once / plain proton throughput, medians of {label}: "
+                  f"{ratio:.2f}")
     per_run = []
     for run in range(1, cfg.runs + 1):
         f = {r.kind: r.figures for r in rows if r.run == run and r.figures}

@@ -116,15 +116,27 @@ def test_run_workers() -> None:
     assert "every subscriber received every message exactly once" in out
 
 
+def test_run_at_least_once() -> None:
+    """benchmarks.run --guarantee at-least-once: the publishers ask for it on their links."""
+    out = run_benchmark("run", "--quick", "--count", "300", "--subscribers", "1",
+                        "--line", "0", "--guarantee", "at-least-once")
+    row = {r["scenario"]: r for r in table(out, "scenario")}["1 pub -> 1 sub, at least once"]
+    check_rate_and_latency(row, "msgs/s", "p50 ms", "p99 ms")
+    assert "every subscriber received every message exactly once" in out
+
+
 def test_sdk_throughput() -> None:
     out = run_benchmark("sdk_throughput", "--count", "300", "--runs", "1")
     rows = [r for r in table(out, "kind") if r["run"] == "1"]
-    assert sorted(r["kind"] for r in rows) == ["lean", "proton", "sdk"], rows
+    assert sorted(r["kind"] for r in rows) == ["lean", "proton", "sdk", "sdk-alo"], rows
     for row in rows:
         check_rate_and_latency(row, "msgs/s", "p50 ms", "p99 ms")
         assert num(row["rtr us/msg"]) >= 0, row
     ratio = re.search(r"^SDK / plain proton throughput, medians of all runs: (\S+)$", out, re.M)
     assert ratio and num(ratio[1]) > 0, out
+    alo = re.search(r"^SDK at least once / plain proton throughput, medians of all runs: "
+                    r"(\S+)$", out, re.M)
+    assert alo and num(alo[1]) > 0, out
     assert "the subscriber received every message once" in out
 
 
