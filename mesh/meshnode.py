@@ -61,6 +61,8 @@ class MeshNode:
         self.unreachable_timeout = unreachable_timeout
         self.gossip_interval = gossip_interval
         self.topology = Topology(me, inc)
+        self.peers_seen: set[str] = set()  # every peer a link came up to (for metrics)
+        self.sub_changes = 0  # remote subscriptions added or removed by gossip (for metrics)
         self.gossip = Gossip(me, inc)
         self.sync = MeshSync(self.topology, self.gossip)
         self.transfer = Transfer(me, inc, window=transfer_window)
@@ -201,6 +203,7 @@ class MeshNode:
     def link_up(self, peer: str, peer_inc: int, cost: int, now: float) -> None:
         self._now = now
         self.neighbors[peer] = cost
+        self.peers_seen.add(peer)
         self._saw_incarnation(peer, peer_inc)
         self._flood(self.topology.set_neighbors(dict(self.neighbors)))
         self._send(peer, self.sync.digest())
@@ -273,6 +276,7 @@ class MeshNode:
             if isinstance(change, RouterRestarted):
                 self._saw_incarnation(change.router, change.inc)
             elif change.kind == "added":
+                self.sub_changes += 1
                 sub = change.sub
                 engine.handle(ev.RemoteSubscriberAdded(self._now, sub.router, sub.key,
                                                        sub.filter, sub.gen, sub.timeout, sub.qos,
@@ -280,6 +284,7 @@ class MeshNode:
                 log.debug("router %s: knows subscriber %s@%s (filter %s)", self.me,
                           change.sub.key, change.sub.router, change.sub.filter)
             else:
+                self.sub_changes += 1
                 engine.handle(
                     ev.RemoteSubscriberRemoved(self._now, change.sub.router, change.sub.key))
                 log.debug("router %s: forgot subscriber %s@%s", self.me, change.sub.key,

@@ -138,6 +138,7 @@ class Transfer:
         self._timers: list[tuple[float, int, str, _OutChannel, int]] = []
         self._tie = itertools.count()
         self._send_ids = itertools.count(1)
+        self.retransmissions: dict[str, int] = {}  # items sent again, by destination
         self._ready: dict[str, float] = {}  # dst -> when its queue got window room
         self._in: dict[str, _InChannel] = {}
         self._ack_due: dict[str, float] = {}  # src -> when its ACK must go out
@@ -278,6 +279,11 @@ class Transfer:
             self._ack_due[src] = min(self._ack_due.get(src, due), due)
         return out
 
+    def channels(self) -> dict[str, tuple[float | None, int, int]]:
+        """Per destination: (smoothed round-trip time in seconds or None before a sample,
+        items sent and not acknowledged, items waiting for window room)."""
+        return {dst: (ch.srtt, len(ch.unacked), len(ch.queue)) for dst, ch in self._out.items()}
+
     # ------------------------------------------------------------------ time
 
     def tick(self, now: float) -> list[Frame]:
@@ -307,6 +313,7 @@ class Transfer:
                 ch.rto = min(ch.rto * 2, self.max_rto)
                 ch.backoff_mark = now
             p.retransmitted = True
+            self.retransmissions[dst] = self.retransmissions.get(dst, 0) + 1
             p.sent_at = now
             p.due = now + ch.rto
             heapq.heappush(self._timers, (p.due, next(self._tie), dst, ch, seq))

@@ -76,6 +76,9 @@ def _router_parser(sub: argparse._SubParsersAction) -> None:
                    help="run N router processes sharing these ports, in a mesh of their own "
                    "over loopback, for N cores (router/workers.py; default 1)")
     p.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
+    p.add_argument("--stuck-after", type=float, metavar="SECONDS",
+                   help="a delivery undecided this long is logged, naming who it waits for, "
+                   "and counted as stuck in /metrics (default 10)")
     p.add_argument("--http", metavar="HOST:PORT",
                    help="serve delivery status and health as JSON over HTTP (default off)")
     p.add_argument("--mqtt", metavar="HOST:PORT",

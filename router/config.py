@@ -59,6 +59,9 @@ class RouterConfig:
     reconnect_timeout: float = 30.0
     resume_timeout: float = 5.0
     log_level: str = "info"
+    # A delivery undecided this long is stuck: logged with who it waits for, and counted in
+    # exactmesh_deliveries_stuck (docs/operations.md).
+    stuck_after: float = 10.0
     # Router processes on this host (router/workers.py): more than one runs a supervisor and
     # that many routers, sharing the listening ports, in a mesh of their own over loopback.
     workers: int = 1
@@ -328,6 +331,7 @@ OPTIONS: dict[str, tuple[str, Any, str]] = {
                           "a positive number of seconds"),
     "resume-timeout": ("resume_timeout", _positive_float, "a positive number of seconds"),
     "workers": ("workers", _positive_int, "a positive count of router processes"),
+    "stuck-after": ("stuck_after", _positive_float, "a positive number of seconds"),
     "log-level": ("log_level", _choice("debug", "info", "warning", "error"),
                   "debug, info, warning or error"),
     "http": ("http", None, "HOST:PORT"),

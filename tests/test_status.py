@@ -193,9 +193,10 @@ def test_bad_requests_get_clear_errors_and_the_router_keeps_serving(
     assert code == 431 and "exceed 8192 bytes" in body["error"]
     code, body = raw(port, b"POST /health HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n")
     assert code == 405 and "answers GET" in body["error"]
-    code, body = get(port, "/metrics")
-    assert code == 404 and "'/metrics'" in body["error"]
-    assert body["endpoints"] == ["GET /deliveries/{id}", "GET /deliveries", "GET /health"]
+    code, body = get(port, "/nothing-here")
+    assert code == 404 and "'/nothing-here'" in body["error"]
+    assert body["endpoints"] == ["GET /deliveries/{id}", "GET /deliveries", "GET /health",
+                                 "GET /metrics"]
     code, body = get(port, "/deliveries/not-an-id")
     assert code == 400 and "32 hexadecimal characters" in body["error"]
 

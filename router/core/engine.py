@@ -155,6 +155,9 @@ class EngineStats:
     # Messages an MQTT publisher was told PUBACK/PUBREC for on stored copies that then failed
     # (the session expired, say): nobody tells that publisher again, so they are counted.
     early_failed: int = 0
+    # Publisher deliveries decided more than 1 s (10 s) after they arrived (docs/operations.md).
+    delayed_1s: int = 0
+    delayed_10s: int = 0
 
 
 class Engine(FailoverMixin):
@@ -344,6 +347,28 @@ class Engine(FailoverMixin):
         away = tuple(key for key, a in sorted(self._away.items())
                      if not a.timeout and matches(a.filter, address))
         return self._index.match(address), remote, away
+
+    def gauges(self) -> dict[str, int]:
+        """What an operator watches (docs/operations.md): records in flight, warm subscribers
+        away, links held back, deliveries waiting on relays, tombstones kept."""
+        subs = self._by_sid.values()
+        return {
+            "records": len(self.records),
+            "warm_away": sum(1 for s in subs if s.link is None),
+            "subscribers_blocked": sum(1 for s in self.subscribers.values()
+                                       if s.credit <= 0 and s.queue),
+            "publishers_at_window": sum(1 for p in self.publishers.values()
+                                        if p.live >= self.config.publisher_window),
+            "relay_waiting": self._stored_waiting,
+            "tombstones": len(self._tombstones),
+        }
+
+    def stuck(self, older_than: float, now: float) -> list[Record]:
+        """Undecided records that arrived more than `older_than` seconds before `now` (the
+        caller's clock: an idle engine's own stops at its last event)."""
+        since = now - older_than
+        return [r for r in self.records.values()
+                if r.outcome is None and not r.presettled and r.born < since]
 
     def iter_records(self) -> Iterator[Record]:
         return iter(self.records.values())
@@ -570,6 +595,7 @@ class Engine(FailoverMixin):
                      expires, address=ev.address, origin=origin)
         rec.fresh = not ev.resend
         rec.once = ev.once
+        rec.born = self._now
         self.stats.received += 1
         self._track(rec)
         self._mesh_records[(origin, msg_id)] = rec
@@ -809,6 +835,7 @@ class Engine(FailoverMixin):
             out_tag = outgoing_tag(pub.ident.container, pub.ident.name, tag + b"#%d" % seq)
         expires = self._now + ttl_ms / 1000.0 if ttl_ms else None
         rec = Record(seq, pub, tag, out_tag, payload, mode, settled, expires)
+        rec.born = self._now
         rec.fresh = not (resend or declared)
         guarantee = ev.guarantee
         rec.once = pub.once if guarantee not in GUARANTEES else guarantee == EXACTLY_ONCE
@@ -1210,6 +1237,10 @@ class Engine(FailoverMixin):
             self.stats.rejected += 1
             if rec.early:
                 self.stats.early_failed += 1
+        if self._now - rec.born > 1.0:
+            self.stats.delayed_1s += 1
+            if self._now - rec.born > 10.0:
+                self.stats.delayed_10s += 1
         pub = rec.publisher
         if pub is not None and not rec.pub_settled and not rec.early:
             self._actions.append(Decide(pub.link, rec.pub_tag, outcome))

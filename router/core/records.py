@@ -242,6 +242,7 @@ class Record:
         "accepted",
         "address",
         "answered",
+        "born",
         "copies",
         "early",
         "expires",
@@ -305,6 +306,7 @@ class Record:
         self.address = publisher.address if publisher is not None else address
         self.mode = mode
         self.once = True  # exactly once; False: at least once (no tombstone when forgotten)
+        self.born = 0.0  # when it arrived (the engine's clock): how long it waits, for metrics
         self.presettled = presettled
         self.expires = expires
         self.copies: dict[int, Copy] = {}  # by subscriber sid

@@ -168,6 +168,7 @@ class Node:
                 at = mqtts[0].transport_listener.socket.getsockname()[:2]
                 http_note += ", mqtts {}:{}".format(*at)
             nursery.start_soon(self._timer)
+            nursery.start_soon(self._watch_stuck)
             addr = listeners[0].socket.getsockname()
             cfg = self.config
             mesh_note = f", mesh {cfg.listen}" if cfg.listen else ""
@@ -246,6 +247,23 @@ class Node:
         with trio.move_on_after(grace):
             while self.connections:
                 await trio.sleep(0.01)
+
+    async def _watch_stuck(self) -> None:
+        """Log each delivery undecided longer than `stuck-after`, once, naming who it waits
+        for (a look every half of that: no work per message)."""
+        after = self.config.stuck_after
+        warned: set[int] = set()
+        while True:
+            await trio.sleep(max(0.25, after / 2))
+            stuck = self.engine.stuck(after, trio.current_time())
+            for rec in stuck:
+                if rec.seq not in warned:
+                    pending = rec.status().get("pending", [])
+                    log.warning("router %s: delivery %s (topic %s) undecided for %.1f s; "
+                                "waiting for %s", self.config.id, rec.id, rec.address,
+                                trio.current_time() - rec.born,
+                                ", ".join(map(str, pending)) or "nobody named yet")
+            warned = {rec.seq for rec in stuck}
 
     async def _timer(self) -> None:
         """Sleep until the engine's next deadline; `flush` moves the wake-up earlier when an

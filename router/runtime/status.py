@@ -3,6 +3,7 @@
     GET /deliveries/{id}   who succeeded, failed and is still pending for one delivery
     GET /deliveries        the deliveries this router tracks now (oldest first, at most 1000)
     GET /health            clients, live records and the engine's counters
+    GET /metrics           all of it for Prometheus (router/runtime/metrics.py)
 
 It runs in the router's own trio task tree and reads the engine directly: between two awaits
 nothing else runs, so each answer is a consistent snapshot without any locking. HTTP is parsed
@@ -41,12 +42,14 @@ from router.core.records import IN_DOUBT, Record
 from router.listeners import open_ssl_over_tcp_listeners, open_tcp_listeners
 from router.security.gate import tls_handshake
 
+from . import metrics
+
 if TYPE_CHECKING:
     from router.ports import RuntimePort as Node  # only what the edges see of it, too
 
 log = logging.getLogger("exactmesh.status")
 
-ENDPOINTS = ["GET /deliveries/{id}", "GET /deliveries", "GET /health"]
+ENDPOINTS = ["GET /deliveries/{id}", "GET /deliveries", "GET /health", "GET /metrics"]
 MAX_REQUEST_HEAD = 8192  # bytes of request line and headers; a status GET needs a few hundred
 READ_DEADLINE = 5.0  # seconds for the whole request to arrive
 WRITE_DEADLINE = 5.0  # seconds to send the answer and see the client close
@@ -60,7 +63,7 @@ JsonBody = dict[str, Any]
 
 class Answer(NamedTuple):
     status: int
-    body: JsonBody
+    body: JsonBody | bytes  # bytes: the Prometheus text of /metrics
     head_only: bool = False  # a HEAD request: the same headers, no body
 
 
@@ -166,8 +169,11 @@ def _protocol_error(err: h11.RemoteProtocolError) -> tuple[int, JsonBody]:
 
 
 def _response(conn: h11.Connection, answer: Answer) -> bytes:
-    data = (json.dumps(answer.body, default=str) + "\n").encode()
-    headers = [("Content-Type", "application/json"), ("Content-Length", str(len(data))),
+    if isinstance(answer.body, bytes):
+        data, kind = answer.body, metrics.CONTENT_TYPE
+    else:
+        data, kind = (json.dumps(answer.body, default=str) + "\n").encode(), "application/json"
+    headers = [("Content-Type", kind), ("Content-Length", str(len(data))),
                ("Connection", "close")]
     if answer.status == 405:
         headers.append(("Allow", "GET, HEAD"))
@@ -193,13 +199,15 @@ async def _close_gracefully(stream: Any) -> None:
 # ------------------------------------------------------------------ the answers
 
 
-def route(node: Node, method: str, target: str) -> tuple[int, JsonBody]:
+def route(node: Node, method: str, target: str) -> tuple[int, JsonBody | bytes]:
     path = unquote(target.partition("?")[0])
     if method not in ("GET", "HEAD"):
         return 405, {"error": f"method {method} is not allowed: the status endpoint answers GET "
                               "(and HEAD)", "endpoints": ENDPOINTS}
     if path == "/health":
         return 200, health(node)
+    if path == "/metrics":
+        return 200, metrics.scrape(node)
     if path == "/deliveries":
         return 200, deliveries(node)
     if path.startswith("/deliveries/"):
