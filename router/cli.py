@@ -147,8 +147,16 @@ def _status_parser(sub: argparse._SubParsersAction) -> None:
     actions = p.add_subparsers(dest="action", required=True)
     d = actions.add_parser("delivery", parents=[common],
                            help="who succeeded, failed and is still pending for one delivery")
-    d.add_argument("id", help="the delivery id: the delivery tag subscribers receive "
-                   "(32 hex characters)")
+    d.add_argument("id", nargs="?", help="the delivery id: the delivery tag subscribers "
+                   "receive (32 hex characters); or name it by what the publisher knows:")
+    d.add_argument("--message-id", metavar="ID",
+                   help="the message-id the publisher set (the SDK's: NAME:SEQ)")
+    d.add_argument("--publisher", metavar="CONTAINER",
+                   help="the publisher's container-id (with --link and --tag)")
+    d.add_argument("--link", metavar="NAME", help="the publisher's link name (the SDK's: "
+                   "pub/NAME)")
+    d.add_argument("--tag", metavar="TAG", help="the publisher's own delivery tag (the SDK's: "
+                   "the sequence number)")
     actions.add_parser("deliveries", parents=[common],
                        help="the deliveries the router tracks now (at most 1000)")
     actions.add_parser("health", parents=[common],
@@ -288,7 +296,7 @@ def run_status(args: argparse.Namespace) -> int:
             tls = ssl.create_default_context(cafile=args.cacert)
         else:
             where = parse_hostport(args.http, "--http")
-        path = {"delivery": f"/deliveries/{quote(getattr(args, 'id', ''), safe='')}",
+        path = {"delivery": _delivery_path(args) if args.action == "delivery" else "",
                 "deliveries": "/deliveries", "health": "/health"}[args.action]
         code, body = fetch(where, path, tls=tls)
     except (ConfigError, StatusError, OSError) as err:  # (OSError: an unreadable --cacert)
@@ -300,6 +308,21 @@ def run_status(args: argparse.Namespace) -> int:
     print(f"exactmesh: error: the router at {where} answered {code}: "
           f"{body.get('error', body)}", file=sys.stderr)
     return EXIT_USAGE
+
+
+def _delivery_path(args: argparse.Namespace) -> str:
+    """The status endpoint's path for `status delivery`: by id, message-id or publisher."""
+    by_publisher = [args.publisher, args.link, args.tag]
+    ways = [args.id is not None, args.message_id is not None, any(by_publisher)]
+    if sum(ways) != 1 or (any(by_publisher) and not all(by_publisher)):
+        raise ConfigError("status delivery: give the delivery id, or --message-id, or "
+                          "--publisher with --link and --tag (one of the three)")
+    if args.id is not None:
+        return f"/deliveries/{quote(args.id, safe='')}"
+    if args.message_id is not None:
+        return f"/deliveries?message-id={quote(args.message_id, safe='')}"
+    return (f"/deliveries?publisher={quote(args.publisher, safe='')}"
+            f"&link={quote(args.link, safe='')}&tag={quote(args.tag, safe='')}")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

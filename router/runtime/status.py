@@ -2,6 +2,8 @@
 
     GET /deliveries/{id}   who succeeded, failed and is still pending for one delivery
     GET /deliveries        the deliveries this router tracks now (oldest first, at most 1000)
+    GET /deliveries?message-id=M      one delivery, found by the message-id its publisher set
+    GET /deliveries?publisher=C&link=L&tag=T   ... by its publisher's container, link and tag
     GET /health            clients, live records and the engine's counters
     GET /metrics           all of it for Prometheus (router/runtime/metrics.py)
 
@@ -30,15 +32,16 @@ from http import HTTPStatus
 from http.client import HTTPException
 from itertools import islice
 from typing import TYPE_CHECKING, Any, NamedTuple
-from urllib.parse import unquote
+from urllib.parse import parse_qs, unquote
 
 import h11
 import trio
+from proton import Message
 
 from router.config import HostPort
 from router.core.actions import Accepted, Outcome
 from router.core.doubts import Doubt
-from router.core.records import IN_DOUBT, Record
+from router.core.records import IN_DOUBT, Record, outgoing_tag
 from router.listeners import open_ssl_over_tcp_listeners, open_tcp_listeners
 from router.security.gate import tls_handshake
 
@@ -200,7 +203,8 @@ async def _close_gracefully(stream: Any) -> None:
 
 
 def route(node: Node, method: str, target: str) -> tuple[int, JsonBody | bytes]:
-    path = unquote(target.partition("?")[0])
+    path, _, query = target.partition("?")
+    path = unquote(path)
     if method not in ("GET", "HEAD"):
         return 405, {"error": f"method {method} is not allowed: the status endpoint answers GET "
                               "(and HEAD)", "endpoints": ENDPOINTS}
@@ -208,12 +212,48 @@ def route(node: Node, method: str, target: str) -> tuple[int, JsonBody | bytes]:
         return 200, health(node)
     if path == "/metrics":
         return 200, metrics.scrape(node)
+    if path == "/deliveries" and query:
+        return find_delivery(node, parse_qs(query))
     if path == "/deliveries":
         return 200, deliveries(node)
     if path.startswith("/deliveries/"):
         return delivery(node, path.removeprefix("/deliveries/"))
     return 404, {"error": f"no endpoint {path!r}; the endpoints are {', '.join(ENDPOINTS)}",
                  "endpoints": ENDPOINTS}
+
+
+def find_delivery(node: Node, query: dict[str, list[str]]) -> tuple[int, JsonBody]:
+    """A delivery named by what its publisher knows: its message-id (any router that holds a
+    record of it answers: the origin, or a destination with subscribers of it), or its
+    identity and own tag (from which every router computes the delivery id)."""
+    one = {k: v[-1] for k, v in query.items()}
+    if "message-id" in one:
+        wanted = one["message-id"]
+        for rec in node.engine.iter_records():
+            if _message_id(rec.payload) == wanted:
+                return delivery(node, rec.id)
+        return 404, {"error": f"router {node.config.id} tracks no delivery with message-id "
+                              f"{wanted!r} now (it may be finished, or this router never "
+                              "had it: ask the publisher's router)",
+                     "router": node.config.id, "message_id": wanted}
+    if {"publisher", "link", "tag"} <= one.keys():
+        tag = outgoing_tag(one["publisher"], one["link"], one["tag"].encode()).decode()
+        return delivery(node, tag)
+    return 400, {"error": "ask by ?message-id=ID, or by ?publisher=CONTAINER&link=LINK&tag=TAG "
+                          "(the publisher's container-id, link name and delivery tag)"}
+
+
+def _message_id(payload: bytes) -> str | None:
+    """The message-id of an encoded message (AMQP 3.2.4), as text; None if it has none or
+    cannot be read. Decoded on request only: the router never reads it per message."""
+    if not payload:
+        return None
+    try:
+        msg = Message()
+        msg.decode(payload)
+    except Exception:
+        return None
+    return None if msg.id is None else str(msg.id)
 
 
 def delivery(node: Node, delivery_id: str) -> tuple[int, JsonBody]:
