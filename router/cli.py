@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import gc
 import json
-import logging
 import ssl
 import sys
 from collections.abc import Sequence
@@ -31,6 +30,7 @@ from urllib.parse import quote
 
 import trio
 
+from . import logs
 from .config import (
     OPTIONS,
     ConfigError,
@@ -76,6 +76,9 @@ def _router_parser(sub: argparse._SubParsersAction) -> None:
                    help="run N router processes sharing these ports, in a mesh of their own "
                    "over loopback, for N cores (router/workers.py; default 1)")
     p.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
+    p.add_argument("--log-format", choices=["text", "json"],
+                   help="json: one JSON object per line (time, level, logger, router, "
+                   "message) for log shippers (default text)")
     p.add_argument("--stuck-after", type=float, metavar="SECONDS",
                    help="a delivery undecided this long is logged, naming who it waits for, "
                    "and counted as stuck in /metrics (default 10)")
@@ -247,11 +250,7 @@ def run_router(config: RouterConfig) -> int:
     from .runtime.node import Node
 
     tune_gc()
-    logging.basicConfig(
-        level=config.log_level.upper(),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
+    logs.configure(config.log_level, config.log_format, config.id)
     from relay.store import StoreError
 
     from .security.policy import PolicyError

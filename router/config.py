@@ -59,6 +59,7 @@ class RouterConfig:
     reconnect_timeout: float = 30.0
     resume_timeout: float = 5.0
     log_level: str = "info"
+    log_format: str = "text"  # or "json": one JSON object per line (router/logs.py)
     # A delivery undecided this long is stuck: logged with who it waits for, and counted in
     # exactmesh_deliveries_stuck (docs/operations.md).
     stuck_after: float = 10.0
@@ -332,6 +333,7 @@ OPTIONS: dict[str, tuple[str, Any, str]] = {
     "resume-timeout": ("resume_timeout", _positive_float, "a positive number of seconds"),
     "workers": ("workers", _positive_int, "a positive count of router processes"),
     "stuck-after": ("stuck_after", _positive_float, "a positive number of seconds"),
+    "log-format": ("log_format", _choice("text", "json"), "text or json"),
     "log-level": ("log_level", _choice("debug", "info", "warning", "error"),
                   "debug, info, warning or error"),
     "http": ("http", None, "HOST:PORT"),

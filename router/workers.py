@@ -33,7 +33,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from . import listeners
+from . import listeners, logs
 from .config import HostPort, RouterConfig
 
 log = logging.getLogger("exactmesh.workers")
@@ -194,9 +194,7 @@ def _worker_main(config: RouterConfig, run: RunRouter) -> None:
 
 def run_workers(config: RouterConfig, run: RunRouter) -> int:
     """`exactmesh router --workers N` (N > 1): supervise N routers until a stop signal."""
-    logging.basicConfig(level=config.log_level.upper(),
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-                        stream=sys.stderr)
+    logs.configure(config.log_level, config.log_format, config.id)
     if config.relay_store and os.path.isdir(config.relay_store):  # else: the store's error
         for k in range(config.workers):
             os.makedirs(os.path.join(config.relay_store, f"worker-{k}"), exist_ok=True)

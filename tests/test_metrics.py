@@ -146,3 +146,31 @@ def test_a_refused_login_is_counted_by_kind(tmp_path: Path) -> None:
         refused = {dict(labels)["kind"]: n for (name, labels), n in samples.items()
                    if name == "exactmesh_auth_refusals_total"}
         assert sum(refused.values()) == 1, refused
+
+
+def test_log_format_json_writes_one_object_per_line_with_the_router_id() -> None:
+    """--log-format json: every line a shipper reads is one JSON object, the stuck-delivery
+    warning among them with its level and router."""
+    import json
+
+    with Router("--log-format", "json", "--stuck-after", "0.3") as router:
+        holder = ProtonSubscriber(router.url, "orders/#", policy=lambda m, d: "hold",
+                                  container_id="slowpoke")
+        clients = start_clients(holder)
+        try:
+            wait_for(lambda: value(router.http, "exactmesh_links", role="subscriber") == 1, 10,
+                     "the subscriber")
+            pub = ProtonPublisher(router.url, "orders/eu", [Message(body="m1")])
+            pub_client = start_clients(pub)
+            wait_for(lambda: router.logged("waiting for slowpoke/sub@A"), 10, "the warning")
+            clients.call(lambda: holder.answer_held("accept"))
+            stop_clients(pub_client)
+        finally:
+            stop_clients(clients)
+    lines = [json.loads(line) for line in router.log if line.strip()]
+    assert lines and all(set(x) >= {"time", "level", "logger", "router", "message"}
+                         for x in lines)
+    assert all(x["router"] == "A" and x["time"].endswith("Z") for x in lines)
+    (stuck,) = [x for x in lines if "undecided for" in x["message"]]
+    assert stuck["level"] == "warning" and stuck["logger"] == "exactmesh.router"
+    assert any(x["message"].startswith("exactmesh router A ready") for x in lines)
