@@ -42,6 +42,10 @@ class MeshRuntime:
             unreachable_timeout=config.unreachable_timeout,
             gossip_interval=config.gossip_interval,
         )
+        where = config.https or config.http  # advertised for `exactmesh stat --mesh`
+        if where is not None:
+            scheme = "https" if config.https is not None else "http"
+            self.mesh.topology.http = f"{scheme}://{where}"
         tls = config.peer_tls()  # (server side, client side), or None: plain TCP
         settings = PeerSettings(
             router_id=config.id,

@@ -58,6 +58,7 @@ class Topology:
     def __init__(self, me: str, inc: int) -> None:
         self.me = me
         self.inc = inc
+        self.http = ""  # this router's status endpoint, as its LSAs advertise it
         self._ver = 0
         self._lsas: dict[str, dict[str, Any]] = {me: self._own_lsa({})}
         self._vers: dict[str, tuple[int, int]] = {me: (inc, 0)}  # kept for cheap digests
@@ -68,8 +69,11 @@ class Topology:
     # -- our own state -------------------------------------------------------------------------
 
     def _own_lsa(self, nbrs: dict[str, int]) -> dict[str, Any]:
-        return {"t": "LSA", "origin": self.me, "inc": self.inc, "ver": self._ver,
-                "nbrs": dict(nbrs)}
+        frame = {"t": "LSA", "origin": self.me, "inc": self.inc, "ver": self._ver,
+                 "nbrs": dict(nbrs)}
+        if self.http:  # where `exactmesh stat --mesh` asks this router (older routers ignore it)
+            frame["http"] = self.http
+        return frame
 
     def set_neighbors(self, nbrs: dict[str, int]) -> dict[str, Any]:
         """Record our up links with their costs; returns our new LSA frame for the caller to flood.
@@ -136,6 +140,20 @@ class Topology:
     def next_hop(self, dst: str) -> str | None:
         """The neighbour to forward to toward `dst`; None if unreachable or `dst` is us."""
         return self._next_hops().get(dst)
+
+    def routes(self) -> dict[str, tuple[str, int]]:
+        """Every reachable router -> (next hop, path cost), for operators (`exactmesh stat`)."""
+        costs = nx.single_source_dijkstra_path_length(self.graph(), self.me)
+        return {r: (hop, int(costs[r])) for r, hop in self._next_hops().items()}
+
+    def known(self) -> set[str]:
+        """Every router we hold an LSA of, reachable or not (us excluded)."""
+        return set(self._lsas) - {self.me}
+
+    def advertised(self, router: str, field: str) -> Any:
+        """A field of `router`'s newest LSA (such as "http"), or None."""
+        held = self._lsas.get(router)
+        return None if held is None else held.get(field)
 
     def reachable(self) -> set[str]:
         """Routers reachable from us over links both ends report (us excluded)."""

@@ -5,6 +5,7 @@
                                      (a relay agent: router/relay_cli.py)
     exactmesh demo [--messages N] [--secure]
     exactmesh status delivery ID --http HOST:PORT      (also: status deliveries, status health)
+    exactmesh stat --http HOST:PORT [--mesh] [--json]  (router/stat_cli.py)
     exactmesh pub --url URL --topic T --id NAME --state-dir DIR [--count N]   (router/pubsub_cli.py)
     exactmesh sub --url URL --topic FILTER --id NAME --state-dir DIR [--count N]
     exactmesh request --relay URL --topic T --id NAME --state-dir DIR [--body B | --collect]
@@ -218,6 +219,9 @@ def parser() -> argparse.ArgumentParser:
     from .pubsub_cli import add_parsers
 
     add_parsers(sub)  # pub, sub
+    from .stat_cli import add_parser as add_stat_parser
+
+    add_stat_parser(sub)
     return p
 
 
@@ -345,6 +349,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return run_demo(messages=args.messages, secure=args.secure)
     if args.command == "status":
         return run_status(args)
+    if args.command == "stat":
+        from .stat_cli import run as run_stat
+
+        return run_stat(args)
     if args.command == "accel":
         from . import accel
 

@@ -363,6 +363,16 @@ class Engine(FailoverMixin):
             "tombstones": len(self._tombstones),
         }
 
+    def subscriptions(self) -> dict[str, list[tuple[str, str]]]:
+        """Who is subscribed where, as this router knows it: router id -> [(key, filter)]
+        (this router's own subscribers, warm ones away included, and those gossip told it
+        of; "" for warm subscribers away from a lost router)."""
+        out: dict[str, list[tuple[str, str]]] = {
+            self.config.router_id: [(s.key, s.filter) for s in self._by_sid.values()]}
+        for (router, key), topic_filter in self._remote.items():
+            out.setdefault(router, []).append((key, topic_filter))
+        return out
+
     def stuck(self, older_than: float, now: float) -> list[Record]:
         """Undecided records that arrived more than `older_than` seconds before `now` (the
         caller's clock: an idle engine's own stops at its last event)."""

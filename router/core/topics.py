@@ -278,6 +278,10 @@ class SubscriptionIndex(Generic[K]):
     def __contains__(self, key: object) -> bool:
         return key in self._filters
 
+    def items(self) -> list[tuple[K, str]]:
+        """Every key with its filter, in the order they were added."""
+        return [(key, _SEP.join(entry[0])) for key, entry in self._filters.items()]
+
     def filter_of(self, key: K) -> str | None:
         """The filter *key* is subscribed with, or ``None`` if it has none."""
         entry = self._filters.get(key)

@@ -6,6 +6,8 @@
     GET /deliveries?publisher=C&link=L&tag=T   ... by its publisher's container, link and tag
     GET /health            clients, live records and the engine's counters
     GET /metrics           all of it for Prometheus (router/runtime/metrics.py)
+    GET /stat              counters, clients, links, routes, subscriptions, stuck deliveries
+                           (router/runtime/stat.py; `exactmesh stat`)
 
 It runs in the router's own trio task tree and reads the engine directly: between two awaits
 nothing else runs, so each answer is a consistent snapshot without any locking. HTTP is parsed
@@ -45,14 +47,15 @@ from router.core.records import IN_DOUBT, Record, outgoing_tag
 from router.listeners import open_ssl_over_tcp_listeners, open_tcp_listeners
 from router.security.gate import tls_handshake
 
-from . import metrics
+from . import metrics, stat
 
 if TYPE_CHECKING:
     from router.ports import RuntimePort as Node  # only what the edges see of it, too
 
 log = logging.getLogger("exactmesh.status")
 
-ENDPOINTS = ["GET /deliveries/{id}", "GET /deliveries", "GET /health", "GET /metrics"]
+ENDPOINTS = ["GET /deliveries/{id}", "GET /deliveries", "GET /health", "GET /metrics",
+             "GET /stat"]
 MAX_REQUEST_HEAD = 8192  # bytes of request line and headers; a status GET needs a few hundred
 READ_DEADLINE = 5.0  # seconds for the whole request to arrive
 WRITE_DEADLINE = 5.0  # seconds to send the answer and see the client close
@@ -212,6 +215,8 @@ def route(node: Node, method: str, target: str) -> tuple[int, JsonBody | bytes]:
         return 200, health(node)
     if path == "/metrics":
         return 200, metrics.scrape(node)
+    if path == "/stat":
+        return 200, stat.stat(node)
     if path == "/deliveries" and query:
         return find_delivery(node, parse_qs(query))
     if path == "/deliveries":
