@@ -2,7 +2,8 @@
 # Both build .venv on their own (and install python3-venv if the interpreter lacks venv);
 # `make test` also installs Debian's mosquitto-clients (mosquitto_pub/_sub) and a Java runtime
 # (openjdk-17-jre-headless, for the Spark data source's tests) and nftables (the test bed's
-# partitions, tests/test_hosts.py) when missing, and the JavaScript
+# partitions, tests/test_hosts.py) and chromium (the web console, tests/test_console.py)
+# when missing, and the JavaScript
 # clients of tests/test_js_clients.py (npm ci in tests/js; nodejs and npm first if missing).
 # Both compile the per-message modules with mypyc (router/accel.py; gcc and python3-dev are
 # installed when missing); if that fails the router runs them as plain Python, only slower.
@@ -52,6 +53,9 @@ test: $(STAMP) $(ACCEL) $(JS_STAMP) java
 	@command -v nft >/dev/null 2>&1 || \
 	  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nftables; } || \
 	  echo "make test: could not install nftables; the test bed's partitions (tests/test_hosts.py) will skip"
+	@command -v chromium >/dev/null 2>&1 || \
+	  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; } || \
+	  echo "make test: could not install chromium; the web console's tests (tests/test_console.py) will skip"
 	$(BIN)/ruff check .
 	@# The layers (pyproject.toml [tool.importlinter]; docs: shared DESIGN-NOTES "Layers").
 	$(BIN)/lint-imports --no-cache --no-logo

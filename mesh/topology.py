@@ -146,6 +146,18 @@ class Topology:
         costs = nx.single_source_dijkstra_path_length(self.graph(), self.me)
         return {r: (hop, int(costs[r])) for r, hop in self._next_hops().items()}
 
+    def links(self) -> list[tuple[str, str, int, bool]]:
+        """Every link some router reports: (a, b, cost, up), a < b; up when both ends report
+        it (one end only: it is coming up, or went down at the other)."""
+        out = []
+        for a, frame in sorted(self._lsas.items()):
+            for b, cost in sorted(frame["nbrs"].items()):
+                back = self._lsas.get(b)
+                both = back is not None and a in back["nbrs"]
+                if a < b or not both:
+                    out.append((min(a, b), max(a, b), cost, both))
+        return out
+
     def known(self) -> set[str]:
         """Every router we hold an LSA of, reachable or not (us excluded)."""
         return set(self._lsas) - {self.me}

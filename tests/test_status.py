@@ -196,7 +196,7 @@ def test_bad_requests_get_clear_errors_and_the_router_keeps_serving(
     code, body = get(port, "/nothing-here")
     assert code == 404 and "'/nothing-here'" in body["error"]
     assert body["endpoints"] == ["GET /deliveries/{id}", "GET /deliveries", "GET /health",
-                                 "GET /metrics", "GET /stat"]
+                                 "GET /metrics", "GET /stat", "GET /console"]
     code, body = get(port, "/deliveries/not-an-id")
     assert code == 400 and "32 hexadecimal characters" in body["error"]
 

@@ -31,6 +31,7 @@ def stat(node: Node) -> dict[str, Any]:
         "connections": _connections(node),
         "links": _links(node)[:MAX_LISTED],
         "routers": _routers(node),
+        "graph": _graph(node),
         "subscriptions": {r: [{"key": k, "filter": f} for k, f in subs[:MAX_LISTED]]
                           for r, subs in sorted(engine.subscriptions().items())},
         "stuck_after": node.config.stuck_after,
@@ -62,6 +63,21 @@ def _links(node: Node) -> list[dict[str, Any]]:
                       "credit": sub.credit, "queued": len(sub.queue),
                       "unsettled": len(sub.inflight), "warm": bool(sub.warm_timeout)})
     return links
+
+
+def _graph(node: Node) -> dict[str, Any]:
+    """The whole mesh as this router knows it from the link-state announcements: every
+    router, and every link with its cost and whether both ends report it up."""
+    mesh: Any = node.mesh
+    if mesh is None:
+        return {"routers": [node.config.id], "links": []}
+    topology = mesh.topology
+    reachable = topology.reachable()
+    routers = [{"id": r, "reachable": r == node.config.id or r in reachable}
+               for r in sorted(topology.known() | {node.config.id})]
+    return {"routers": routers,
+            "links": [{"a": a, "b": b, "cost": cost, "up": up}
+                      for a, b, cost, up in topology.links()]}
 
 
 def _routers(node: Node) -> dict[str, Any]:

@@ -8,6 +8,7 @@
     GET /metrics           all of it for Prometheus (router/runtime/metrics.py)
     GET /stat              counters, clients, links, routes, subscriptions, stuck deliveries
                            (router/runtime/stat.py; `exactmesh stat`)
+    GET /console           the web console: a page that shows /stat live (console.html)
 
 It runs in the router's own trio task tree and reads the engine directly: between two awaits
 nothing else runs, so each answer is a consistent snapshot without any locking. HTTP is parsed
@@ -22,6 +23,7 @@ name clients: bind it to loopback or a management network.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import logging
 import os
@@ -32,6 +34,7 @@ import urllib.request
 from functools import partial
 from http import HTTPStatus
 from http.client import HTTPException
+from importlib import resources
 from itertools import islice
 from typing import TYPE_CHECKING, Any, NamedTuple
 from urllib.parse import parse_qs, unquote
@@ -55,7 +58,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("exactmesh.status")
 
 ENDPOINTS = ["GET /deliveries/{id}", "GET /deliveries", "GET /health", "GET /metrics",
-             "GET /stat"]
+             "GET /stat", "GET /console"]
 MAX_REQUEST_HEAD = 8192  # bytes of request line and headers; a status GET needs a few hundred
 READ_DEADLINE = 5.0  # seconds for the whole request to arrive
 WRITE_DEADLINE = 5.0  # seconds to send the answer and see the client close
@@ -67,9 +70,16 @@ NOT_TRACKED = ("delivery {} is not tracked here: it was settled and forgotten, n
 JsonBody = dict[str, Any]
 
 
+class Raw(NamedTuple):
+    """An answer that is not JSON: the Prometheus text of /metrics, the console's page."""
+
+    data: bytes
+    content_type: str
+
+
 class Answer(NamedTuple):
     status: int
-    body: JsonBody | bytes  # bytes: the Prometheus text of /metrics
+    body: JsonBody | Raw
     head_only: bool = False  # a HEAD request: the same headers, no body
 
 
@@ -175,8 +185,8 @@ def _protocol_error(err: h11.RemoteProtocolError) -> tuple[int, JsonBody]:
 
 
 def _response(conn: h11.Connection, answer: Answer) -> bytes:
-    if isinstance(answer.body, bytes):
-        data, kind = answer.body, metrics.CONTENT_TYPE
+    if isinstance(answer.body, Raw):
+        data, kind = answer.body
     else:
         data, kind = (json.dumps(answer.body, default=str) + "\n").encode(), "application/json"
     headers = [("Content-Type", kind), ("Content-Length", str(len(data))),
@@ -205,7 +215,7 @@ async def _close_gracefully(stream: Any) -> None:
 # ------------------------------------------------------------------ the answers
 
 
-def route(node: Node, method: str, target: str) -> tuple[int, JsonBody | bytes]:
+def route(node: Node, method: str, target: str) -> tuple[int, JsonBody | Raw]:
     path, _, query = target.partition("?")
     path = unquote(path)
     if method not in ("GET", "HEAD"):
@@ -214,7 +224,9 @@ def route(node: Node, method: str, target: str) -> tuple[int, JsonBody | bytes]:
     if path == "/health":
         return 200, health(node)
     if path == "/metrics":
-        return 200, metrics.scrape(node)
+        return 200, Raw(metrics.scrape(node), metrics.CONTENT_TYPE)
+    if path in ("/console", "/"):
+        return 200, Raw(_console(), "text/html; charset=utf-8")
     if path == "/stat":
         return 200, stat.stat(node)
     if path == "/deliveries" and query:
@@ -225,6 +237,11 @@ def route(node: Node, method: str, target: str) -> tuple[int, JsonBody | bytes]:
         return delivery(node, path.removeprefix("/deliveries/"))
     return 404, {"error": f"no endpoint {path!r}; the endpoints are {', '.join(ENDPOINTS)}",
                  "endpoints": ENDPOINTS}
+
+
+@functools.cache
+def _console() -> bytes:
+    return resources.files("router.runtime").joinpath("console.html").read_bytes()
 
 
 def find_delivery(node: Node, query: dict[str, list[str]]) -> tuple[int, JsonBody]:
