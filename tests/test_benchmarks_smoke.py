@@ -1,11 +1,11 @@
-"""Every benchmark in benchmarks/, run the way README.md tells a user to, at a tiny size.
+"""Every benchmark in benchmarks/, run the way docs/benchmarks.md tells a user to, at a tiny size.
 
 Each test starts `python -m benchmarks.X ...` as its own process (with this interpreter, so
 the routers it starts come from the same environment), checks its exit status and that the
 figures it prints are there and parse: messages/s, latency p50/p99 and the router's CPU per
 message or delivery where that benchmark prints them. The sizes are too small for the
 figures to mean anything; the point is that a change of a wire format, a log line or an API
-that a benchmark depends on fails here instead of in a command in the README.
+that a benchmark depends on fails here instead of in a command in docs/benchmarks.md.
 
 benchmarks/loadclient.py is covered by benchmarks.run, which starts its publishers and
 subscribers; benchmarks/common.py by all of them.
@@ -169,7 +169,7 @@ GOSSIP_ROW = re.compile(
 
 
 def test_gossip_convergence() -> None:
-    """The simulated mesh, started by flooding; checks what README.md and
+    """The simulated mesh, started by flooding; checks what docs/benchmarks.md and
     docs/mesh-protocol.md say of it: one attach is one flood of `2 x links - routers + 1`
     SUBS frames and every router knows it after as many hops as the farthest is away."""
     out = run_benchmark("gossip_convergence", "--routers", "20", "--flood-start")
