@@ -162,7 +162,7 @@ class MqttState:
     and the retained store (wired to the mesh). `serve_mqtt` makes one and gives it to every
     connection; the runtime keeps none of it (router/ports.py)."""
 
-    __slots__ = ("node", "pubrel_unknown", "retained", "sessions")
+    __slots__ = ("counts", "node", "pubrel_unknown", "retained", "sessions")
 
     def __init__(self, node: RuntimePort) -> None:
         self.node = node
@@ -171,6 +171,9 @@ class MqttState:
         # PUBRELs for a packet id with no QoS 2 exchange here, completed with success
         # (`MqttConnection._pubrel`): counted, they show how often sessions move mid-exchange.
         self.pubrel_unknown = 0
+        # Sessions created, resumed (here, or taken over from another router), taken over
+        # by a newer connection, expired: counted for GET /metrics (docs/operations.md).
+        self.counts = {"created": 0, "resumed": 0, "taken_over": 0, "expired": 0}
 
 
 class SessionState:
@@ -512,9 +515,11 @@ class MqttConnection:
             self._fire_pending_will(old)
             old = None
         present = False
+        counts = self.state.counts
         if old is not None and not c.clean_start and old.persistent:
             session = old
             present = True
+            counts["resumed"] += 1
             self._cancel_will(old)  # resumed before its Will Delay Interval ran out
         elif elsewhere and not c.clean_start:
             # Take the session over from the router that holds it (docs/mqtt.md, "Sessions
@@ -523,7 +528,9 @@ class MqttConnection:
             session = SessionState(client_id)
             session.subs.update(elsewhere)
             present = True
+            counts["resumed"] += 1
         else:
+            counts["created"] += 1
             if old is not None:
                 self._end_session(old)
             if elsewhere:
@@ -582,6 +589,7 @@ class MqttConnection:
                 if s.conn is None and s.expires_at is not None and s.expires_at <= now]
         for s in gone:
             del registry[s.client_id]
+            self.state.counts["expired"] += 1
             s.persistent = False
             self._keep_session(s)
 
@@ -1247,6 +1255,7 @@ class MqttConnection:
         """Another connection with the same client id takes the session over."""
         log.info("mqtt client %r: session taken over by a new connection; closing %s",
                  self.client_id, self.peer)
+        self.state.counts["taken_over"] += 1
         reply = b""
         if self.version == MQTT_5:
             reply = self._fit(Disconnect(RC.SESSION_TAKEN_OVER.value, Properties(

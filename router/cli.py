@@ -80,6 +80,9 @@ def _router_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--log-format", choices=["text", "json"],
                    help="json: one JSON object per line (time, level, logger, router, "
                    "message) for log shippers (default text)")
+    p.add_argument("--topic-metrics", type=int, metavar="N",
+                   help="per-topic counters in /metrics for the first N topics, the rest "
+                   "together as (other) (default 0: none)")
     p.add_argument("--stuck-after", type=float, metavar="SECONDS",
                    help="a delivery undecided this long is logged, naming who it waits for, "
                    "and counted as stuck in /metrics (default 10)")

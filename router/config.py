@@ -63,6 +63,8 @@ class RouterConfig:
     # A delivery undecided this long is stuck: logged with who it waits for, and counted in
     # exactmesh_deliveries_stuck (docs/operations.md).
     stuck_after: float = 10.0
+    # Per-topic counters in /metrics for at most this many topics (0: none).
+    topic_metrics: int = 0
     # Router processes on this host (router/workers.py): more than one runs a supervisor and
     # that many routers, sharing the listening ports, in a mesh of their own over loopback.
     workers: int = 1
@@ -333,6 +335,7 @@ OPTIONS: dict[str, tuple[str, Any, str]] = {
     "resume-timeout": ("resume_timeout", _positive_float, "a positive number of seconds"),
     "workers": ("workers", _positive_int, "a positive count of router processes"),
     "stuck-after": ("stuck_after", _positive_float, "a positive number of seconds"),
+    "topic-metrics": ("topic_metrics", _count, "a count of topics, 0 for none"),
     "log-format": ("log_format", _choice("text", "json"), "text or json"),
     "log-level": ("log_level", _choice("debug", "info", "warning", "error"),
                   "debug, info, warning or error"),

@@ -174,3 +174,57 @@ def test_log_format_json_writes_one_object_per_line_with_the_router_id() -> None
     (stuck,) = [x for x in lines if "undecided for" in x["message"]]
     assert stuck["level"] == "warning" and stuck["logger"] == "exactmesh.router"
     assert any(x["message"].startswith("exactmesh router A ready") for x in lines)
+
+
+def test_mqtt_sessions_and_retained_messages_are_counted() -> None:
+    """A persistent session created, resumed after its client went away, taken over by a
+    second connection with the same client id; a retained message held."""
+    from .test_mqtt_edge import Mq
+
+    mqtt_port = free_port()
+    with Router("--mqtt", f"127.0.0.1:{mqtt_port}") as router:
+        def sessions(event: str) -> float:
+            return value(router.http, "exactmesh_mqtt_sessions_total", event=event)
+
+        first = Mq(mqtt_port, "sensor-1", clean=False, expiry=60)
+        first.subscribe("sensors/#", 1)
+        assert sessions("created") == 1
+        first.stop()
+        again = Mq(mqtt_port, "sensor-1", clean=False, expiry=60)
+        assert again.session_present and sessions("resumed") == 1
+        thief = Mq(mqtt_port, "sensor-1", clean=False, expiry=60)
+        wait_for(lambda: sessions("taken_over") == 1, 10, "the takeover counted")
+        assert value(router.http, "exactmesh_mqtt_sessions_live") == 1
+        thief.c.publish("sensors/t1", b"21.5", 1, retain=True)
+        wait_for(lambda: value(router.http, "exactmesh_mqtt_retained_messages") == 1, 10,
+                 "the retained message")
+        assert value(router.http, "exactmesh_connections", protocol="mqtt") == 1
+        thief.stop()
+        again.c.loop_stop()
+
+
+def test_per_topic_counters_only_on_request_and_within_their_limit(tmp_path: Path) -> None:
+    with Router("--topic-metrics", "2") as router:
+        url = f"amqp://{router.url}"
+        pubs = [Publisher(url, f"orders/{t}", id=f"p{t}", state_dir=str(tmp_path / t))
+                for t in ("eu", "us", "asia")]
+        try:
+            for n, pub in enumerate(pubs, start=1):
+                for i in range(n):
+                    pub.send(f"m{i}")
+                pub.flush(timeout=10)  # nobody subscribes: accepted (no-subscribers accept)
+        finally:
+            for pub in pubs:
+                pub.close()
+        samples, _ = scrape(router.http)
+        topics = {(dict(labels)["topic"], dict(labels)["event"]): n
+                  for (name, labels), n in samples.items()
+                  if name == "exactmesh_topic_messages_total"}
+        assert topics == {("orders/eu", "received"): 1, ("orders/eu", "accepted"): 1,
+                          ("orders/eu", "rejected"): 0, ("orders/us", "received"): 2,
+                          ("orders/us", "accepted"): 2, ("orders/us", "rejected"): 0,
+                          ("(other)", "received"): 3, ("(other)", "accepted"): 3,
+                          ("(other)", "rejected"): 0}
+    with Router() as router:  # off by default
+        assert not any(name == "exactmesh_topic_messages_total"
+                       for name, _ in scrape(router.http)[0])

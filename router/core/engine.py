@@ -102,6 +102,7 @@ QUEUED, SENT, ACCEPTED_STATE, FAILED, WITHDRAWN = (
 DELIVERY_FAILED = "exactmesh:delivery-failed"
 NO_SUBSCRIBERS = "exactmesh:no-subscribers"
 TRANSFER_LIMIT = "amqp:link:transfer-limit-exceeded"
+OTHER_TOPICS = "(other)"  # per-topic counters past EngineConfig.topic_counters
 
 
 class Disposition:
@@ -137,6 +138,9 @@ class EngineConfig:
     # Check router/core/invariants.py after every event (the simulator does; it walks every
     # record, so a router under load does not).
     check_invariants: bool = False
+    # Per-topic counters (GET /metrics) for at most this many topics, the rest counted
+    # together under OTHER_TOPICS; 0: none, and no work per message for them.
+    topic_counters: int = 0
 
 
 @dataclass(slots=True)
@@ -202,6 +206,9 @@ class Engine(FailoverMixin):
         self._before_join: list[MessageArrived] = []
         # After MeshJoinTimedOut: why guaranteed messages fail at once until MeshJoined.
         self._join_failure = ""
+        # topic -> [received, accepted, rejected], when asked for (`topic_counters`)
+        self._topic_counts: dict[str, list[int]] | None = \
+            {} if self.config.topic_counters else None
         self._init_failover()
         self._init_groups()
 
@@ -362,6 +369,23 @@ class Engine(FailoverMixin):
             "relay_waiting": self._stored_waiting,
             "tombstones": len(self._tombstones),
         }
+
+    def _count_topic(self, topic: str, which: int) -> None:
+        counts = self._topic_counts
+        assert counts is not None
+        row = counts.get(topic)
+        if row is None:
+            if len(counts) >= self.config.topic_counters:
+                topic = OTHER_TOPICS
+                row = counts.get(topic)
+            if row is None:
+                row = counts[topic] = [0, 0, 0]
+        row[which] += 1
+
+    def topic_counts(self) -> dict[str, tuple[int, int, int]]:
+        """Per topic: (received, accepted, rejected) of publisher deliveries here, for the
+        first `topic_counters` topics seen, the rest under OTHER_TOPICS; {} when off."""
+        return {t: (r[0], r[1], r[2]) for t, r in (self._topic_counts or {}).items()}
 
     def subscriptions(self) -> dict[str, list[tuple[str, str]]]:
         """Who is subscribed where, as this router knows it: router id -> [(key, filter)]
@@ -851,6 +875,8 @@ class Engine(FailoverMixin):
         rec.once = pub.once if guarantee not in GUARANTEES else guarantee == EXACTLY_ONCE
         if ev.address is not None:
             rec.address = ev.address
+        if self._topic_counts is not None:
+            self._count_topic(rec.address, 0)
         matched = self._index.match(rec.address)
         if self._no_local and matched:
             matched = self._not_own(matched, pub.ident.container)
@@ -1247,6 +1273,8 @@ class Engine(FailoverMixin):
             self.stats.rejected += 1
             if rec.early:
                 self.stats.early_failed += 1
+        if self._topic_counts is not None:
+            self._count_topic(rec.address, 1 if outcome is ACCEPTED else 2)
         if self._now - rec.born > 1.0:
             self.stats.delayed_1s += 1
             if self._now - rec.born > 10.0:
@@ -1350,6 +1378,8 @@ class Engine(FailoverMixin):
         else:
             outcome = ACCEPTED
             self.stats.accepted += 1
+        if self._topic_counts is not None:
+            self._count_topic(rec.address, 1 if outcome is ACCEPTED else 2)
         self._hold_for_settlement(pub, rec, outcome)
 
     def _hold_for_settlement(self, pub: Publisher, rec: Record, outcome: Outcome,

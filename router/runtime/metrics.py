@@ -74,6 +74,7 @@ class RouterCollector(Collector):
 
     def collect(self) -> Iterator[Metric]:
         yield from self._engine()
+        yield from self._topics()
         yield from self._clients()
         yield from self._mesh()
 
@@ -90,6 +91,19 @@ class RouterCollector(Collector):
         yield GaugeMetricFamily(
             "exactmesh_deliveries_stuck", f"Deliveries undecided for more than {after:g} s "
             "(stuck-after; the log names who they wait for).", value=len(stuck))
+
+    def _topics(self) -> Iterator[Metric]:
+        counts = self.node.engine.topic_counts()
+        if not counts:
+            return
+        family = CounterMetricFamily(
+            "exactmesh_topic_messages", "Publisher deliveries here per topic: received, "
+            "accepted, rejected (--topic-metrics N topics; the rest as (other)).",
+            labels=["topic", "event"])
+        for topic, row in sorted(counts.items()):
+            for event, n in zip(("received", "accepted", "rejected"), row, strict=True):
+                family.add_metric([topic, event], n)
+        yield family
 
     def _clients(self) -> Iterator[Metric]:
         node = self.node
@@ -109,6 +123,20 @@ class RouterCollector(Collector):
         for kind, n in sorted(node.policy.refusals.items()):
             refusals.add_metric([kind], n)
         yield refusals
+        mqtt = getattr(node, "mqtt_state", None)
+        if mqtt is not None:
+            sessions = CounterMetricFamily(
+                "exactmesh_mqtt_sessions", "MQTT sessions created, resumed (here, or taken "
+                "over from another router), taken over by a newer connection, expired.",
+                labels=["event"])
+            for event, n in mqtt.counts.items():
+                sessions.add_metric([event], n)
+            yield sessions
+            yield GaugeMetricFamily("exactmesh_mqtt_sessions_live", "MQTT sessions this router "
+                                    "holds, connected or away.", value=len(mqtt.sessions))
+            yield GaugeMetricFamily("exactmesh_mqtt_retained_messages", "Retained messages "
+                                    "this router holds (every router holds them all).",
+                                    value=len(mqtt.retained))
 
     def _mesh(self) -> Iterator[Metric]:
         mesh: Any = self.node.mesh

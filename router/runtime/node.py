@@ -45,6 +45,7 @@ class Node:
                 resume_timeout=config.resume_timeout,
                 relay_store=bool(config.relay_store),
                 relay_waiting_limit=config.relay_waiting_limit,
+                topic_counters=config.topic_metrics,
             )
         )
         self.loop = NodeLoop(self.engine)  # links, the mesh, and applying actions there
@@ -62,6 +63,7 @@ class Node:
         self.client_tls = config.client_tls()
         self.connections: set[EdgeConnection] = set()
         self.stopping = False
+        self.mqtt_state: Any = None  # the MQTT edge's sessions and retained store, if any
         self._timer_scope: trio.CancelScope | None = None  # the timer's sleep, while it sleeps
 
     # ---------------------------------------------------------------- ports (router/ports.py)
@@ -127,6 +129,7 @@ class Node:
 
                 runtime = MeshRuntime(self, self.config)
             mqtt_state = self._restore()  # before any peer can resend to what it restores
+            self.mqtt_state = mqtt_state  # (read by GET /metrics; None without MQTT)
             if runtime is not None:
                 await nursery.start(runtime.run)
             listeners = await _listening(nursery, "amqp", "AMQP", serve_amqp, self,
