@@ -77,6 +77,8 @@ def test_a_stream_moves_the_delivery_counters_and_gauges(tmp_path: Path) -> None
             for name in ("received", "delivered", "accepted"):
                 assert samples[(f"exactmesh_deliveries_{name}_total", ())] == 50, name
             assert samples[("exactmesh_deliveries_rejected_total", ())] == 0
+            assert samples[("exactmesh_copies_accepted_total", ())] == 50
+            assert samples[("exactmesh_copies_released_total", ())] == 0
             assert samples[("exactmesh_tombstones", ())] == 50
             assert samples[("exactmesh_deliveries_stuck", ())] == 0
         finally:
@@ -106,9 +108,14 @@ def test_a_stuck_subscriber_shows_as_stuck_delayed_and_logged() -> None:
             assert value(router.http, "exactmesh_deliveries_delayed_1s_total") == 0
             # Held past 1 s (the clock is the condition here: delayed means "decided late").
             wait_for(lambda: time.monotonic() - published > 1.2, 5, "a second of waiting")
-            clients.call(lambda: holder.answer_held("accept"))
+            clients.call(lambda: holder.answer_held("release"))  # it comes back...
+            wait_for(lambda: len(holder.held) == 1, 10, "the copy again")
+            clients.call(lambda: holder.answer_held("accept"))  # ... and is accepted
             wait_for(lambda: pub.outcomes, 10, "the outcome")
             samples, _ = scrape(router.http)
+            assert samples[("exactmesh_copies_released_total", ())] == 1
+            assert samples[("exactmesh_copies_accepted_total", ())] == 1
+            assert samples[("exactmesh_deliveries_redelivered_total", ())] == 1
             assert samples[("exactmesh_deliveries_delayed_1s_total", ())] == 1
             assert samples[("exactmesh_deliveries_delayed_10s_total", ())] == 0
             assert samples[("exactmesh_deliveries_stuck", ())] == 0

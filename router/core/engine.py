@@ -162,6 +162,13 @@ class EngineStats:
     # Publisher deliveries decided more than 1 s (10 s) after they arrived (docs/operations.md).
     delayed_1s: int = 0
     delayed_10s: int = 0
+    # What subscribers here answered for their copies (AMQP outcomes; MQTT acks are accepted).
+    copies_accepted: int = 0
+    copies_rejected: int = 0
+    copies_released: int = 0
+    copies_modified: int = 0  # modified, undeliverable-here included
+    # Pre-settled (at most once) copies not sent to a matched subscriber that was away.
+    presettled_dropped: int = 0
 
 
 class Engine(FailoverMixin):
@@ -889,7 +896,9 @@ class Engine(FailoverMixin):
             matched += local_members
             remote += remote_members
         if settled:  # at most once: nothing waits for a warm subscriber that is away
+            owed = len(matched) + len(remote)
             matched, remote = self._present(matched, remote)
+            self.stats.presettled_dropped += owed - len(matched) - len(remote)
         if not matched and not remote:
             self._no_subscribers(pub, rec)
             return
@@ -1121,10 +1130,15 @@ class Engine(FailoverMixin):
                 del sub.inflight[tag]
             return
         if disposition == Disposition.ACCEPTED:
+            self.stats.copies_accepted += 1
             move_copy(rec, copy, Step.ACCEPT)
             if settled:
                 del sub.inflight[tag]
         elif disposition in (Disposition.RELEASED, Disposition.MODIFIED):
+            if disposition == Disposition.RELEASED:
+                self.stats.copies_released += 1
+            else:
+                self.stats.copies_modified += 1
             self._settle_copy(sub, rec, copy)
             copy.doubt = False  # it says it did not process it
             if copy.attempts >= self.config.max_delivery_attempts:
@@ -1137,8 +1151,10 @@ class Engine(FailoverMixin):
         else:
             self._settle_copy(sub, rec, copy)
             if disposition == Disposition.REJECTED:
+                self.stats.copies_rejected += 1
                 why = f"rejected it ({error})" if error else "rejected it"
             else:
+                self.stats.copies_modified += 1
                 why = "said it can never take it here (modified, undeliverable-here)"
             self._fail(rec, copy, why, False)  # it said so: it did not process it
         self._decide(rec)

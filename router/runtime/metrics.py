@@ -48,6 +48,13 @@ ENGINE_COUNTERS = {
                    "after they arrived."),
     "delayed_10s": ("deliveries_delayed_10s", "Publisher deliveries decided more than 10 s "
                     "after they arrived."),
+    "copies_accepted": ("copies_accepted", "Copies subscribers here accepted."),
+    "copies_rejected": ("copies_rejected", "Copies subscribers here rejected."),
+    "copies_released": ("copies_released", "Copies subscribers here released (sent again)."),
+    "copies_modified": ("copies_modified", "Copies subscribers here modified (sent again, or "
+                        "undeliverable here)."),
+    "presettled_dropped": ("presettled_dropped", "Pre-settled (at most once) copies not sent "
+                           "to a matched subscriber that was away."),
 }
 
 # Engine.gauges() key -> (metric name without `exactmesh_`, help text)
