@@ -406,10 +406,12 @@ class Engine(FailoverMixin):
 
     def stuck(self, older_than: float, now: float) -> list[Record]:
         """Undecided records that arrived more than `older_than` seconds before `now` (the
-        caller's clock: an idle engine's own stops at its last event)."""
+        caller's clock: an idle engine's own stops at its last event). Not those a relay
+        store holds for subscribers away (`released`): waiting is what they are for."""
         since = now - older_than
         return [r for r in self.records.values()
-                if r.outcome is None and not r.presettled and r.born < since]
+                if r.outcome is None and not r.presettled and not r.released
+                and r.born < since]
 
     def iter_records(self) -> Iterator[Record]:
         return iter(self.records.values())
@@ -1577,6 +1579,7 @@ class Engine(FailoverMixin):
                 rec = Record(self._next_seq(), None, b"", msg_id.encode(), IN_STORE, ALL,
                              False, None, address=address, origin=origin or None)
                 rec.pub_settled = True  # no publisher link here waits for it
+                rec.born = self._now
                 self._track(rec)
                 restored[msg_id] = rec
                 if origin:
