@@ -63,6 +63,8 @@ class MeshNode:
         self.topology = Topology(me, inc)
         self.peers_seen: set[str] = set()  # every peer a link came up to (for metrics)
         self.sub_changes = 0  # remote subscriptions added or removed by gossip (for metrics)
+        # Peer -> (bytes sent, bytes received) on its link now: the runtime sets it.
+        self.link_bytes: Callable[[], dict[str, tuple[int, int]]] = dict
         self.gossip = Gossip(me, inc)
         self.sync = MeshSync(self.topology, self.gossip)
         self.transfer = Transfer(me, inc, window=transfer_window)

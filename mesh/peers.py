@@ -111,6 +111,7 @@ class PeerLink:
         self._established = trio.Event()
         self._out = bytearray()
         self._inflight = 0  # bytes the writer has taken but not yet sent
+        self.bytes_sent = self.bytes_received = 0  # for operators (GET /stat, the console)
         self._wake = trio.Event()
         self._scope: trio.CancelScope | None = None
         self._last_sent = self._last_recv = trio.current_time()
@@ -142,6 +143,7 @@ class PeerLink:
                 f"{frame['t']} frame of {len(data) - 4} bytes exceeds the maximum frame size "
                 f"of {limit} bytes"
             )
+        self.bytes_sent += len(data)
         self._push(data)
 
     def close(self, reason: str) -> None:
@@ -236,6 +238,7 @@ class PeerLink:
             if not data:
                 self._close("connection closed by the peer", refuse=False)
                 return
+            self.bytes_received += len(data)
             # Any bytes are a sign of life, so a large frame arriving slowly is not "silence".
             self._last_recv = trio.current_time()
             try:

@@ -58,6 +58,9 @@ class MeshRuntime:
             tls_client=tls[1] if tls else None,
         )
         self.peers = PeerManager(settings, self._on_up, self._on_frame, self._on_down)
+        # Bytes each up link carried, for GET /stat (router/runtime/stat.py) and the console.
+        self.mesh.link_bytes = lambda: {peer: (link.bytes_sent, link.bytes_received)
+                                        for peer, link in self.peers.links().items()}
         self._wake = trio.Event()
         node.attach_mesh(self.mesh, self.output)  # the runtime's port (router/ports.py)
         join = config.join_timeout

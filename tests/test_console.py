@@ -71,6 +71,9 @@ def test_the_console_shows_the_mesh_a_stuck_delivery_and_a_link_going_down(
         for router in "ABC":
             assert f'data-router="{router}"' in page
         assert link_state(page, "A-B") == "up"
+        # This router's own links show their rates (bytes each way, from two polls).
+        row = re.search(r'<tr data-link="A-B">(.*?)</tr>', page)[1]
+        assert "KiB/s" in row, row
         assert re.search(r'<span id="router">A</span>', page)
         shot(url, "mesh", tmp_path)
 

@@ -90,6 +90,9 @@ def _routers(node: Node) -> dict[str, Any]:
         out[router] = {"next_hop": hop, "cost": cost, "http": topology.advertised(router, "http")}
         if router in mesh.peers_seen:  # a peer of ours: is the direct link up?
             out[router]["link_up"] = router in mesh.neighbors
+    for peer, (sent, received) in mesh.link_bytes().items():
+        if peer in out:
+            out[peer]["bytes_sent"], out[peer]["bytes_received"] = sent, received
     for router in sorted((mesh.peers_seen | topology.known()) - out.keys()):
         out[router] = {"next_hop": None, "cost": None, "reachable": False,
                        "http": topology.advertised(router, "http")}
