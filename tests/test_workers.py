@@ -22,6 +22,7 @@ from router.config import HostPort
 from router.runtime.status import StatusError, fetch
 
 from .harness import EXACTMESH, RouterProcess, free_port, wait_for
+from .test_failover_process import Consumer
 
 TOPIC = "workers/orders"
 MAX_CLIENTS = 16  # bound on the clients opened to land some on each worker
@@ -50,29 +51,6 @@ class Workers(RouterProcess):
 
     def count(self, what: str) -> list[int]:
         return [self.health(k)[what] for k in range(self.n)]
-
-
-class Consumer:
-    """Receives and accepts on its own thread; records message ids in order."""
-
-    def __init__(self, sub: Subscriber) -> None:
-        self.sub = sub
-        self.ids: list[str] = []
-        self.stop = threading.Event()
-        self.thread = threading.Thread(target=self._run, daemon=True)
-        self.thread.start()
-
-    def _run(self) -> None:
-        while not self.stop.is_set():
-            msg = self.sub.receive(timeout=0.1)
-            if msg is not None:
-                self.ids.append(str(msg.message_id))
-                self.sub.accept(msg)
-
-    def close(self) -> None:
-        self.stop.set()
-        self.thread.join(10)
-        self.sub.close()
 
 
 def spread(workers: Workers, what: str, make: Callable[[int], Any], least: int) -> list:
@@ -133,6 +111,7 @@ def test_clients_spread_over_two_workers_get_everything_exactly_once(tmp_path: P
                 pub.close()
             for c in consumers:
                 c.close()
+                c.sub.close()
 
 
 def test_a_worker_killed_mid_stream_is_started_again_and_its_clients_resume(
@@ -171,6 +150,7 @@ def test_a_worker_killed_mid_stream_is_started_again_and_its_clients_resume(
         finally:
             pub.close()
             consumer.close()
+            consumer.sub.close()
 
 
 def test_sigterm_stops_every_worker_and_the_supervisor() -> None:
