@@ -50,7 +50,8 @@ def fresh_environment(tmp_path: Path) -> Path:
                                                      "platbase": str(venv)}))
     build = tmp_path / "src"  # a copy: the build leaves nothing in this checkout
     shutil.copytree(ROOT, build, ignore=shutil.ignore_patterns(
-        ".venv", ".git", ".bench", "build", "*.so", "__pycache__", ".pytest_cache"))
+        ".venv", ".git", ".bench", "build", "*.so", "__pycache__", ".pytest_cache",
+        "node_modules"))
     subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps",
                     "--no-build-isolation", "--target", str(site), str(build)], check=True,
                    cwd=tmp_path, timeout=300)
