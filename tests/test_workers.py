@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import threading
 import time
@@ -21,11 +22,33 @@ from amqp_edge.client import Publisher, Subscriber
 from router.config import HostPort
 from router.runtime.status import StatusError, fetch
 
-from .harness import EXACTMESH, RouterProcess, free_port, wait_for
+from .harness import EXACTMESH, RouterProcess, _handed_out, free_port, wait_for
 from .test_failover_process import Consumer
 
 TOPIC = "workers/orders"
 MAX_CLIENTS = 16  # bound on the clients opened to land some on each worker
+
+
+def free_ports_in_a_row(n: int) -> int:
+    """The first of n loopback ports in a row that nothing listens on (the workers' status
+    endpoints are the --http port plus k), none handed out before."""
+    for _ in range(100):
+        base = free_port()
+        socks = []
+        try:
+            for k in range(1, n):
+                s = socket.socket()
+                socks.append(s)
+                s.bind(("127.0.0.1", base + k))
+        except OSError:
+            continue
+        finally:
+            for s in socks:
+                s.close()
+        if not any(base + k in _handed_out for k in range(1, n)):
+            _handed_out.update(base + k for k in range(1, n))
+            return base
+    raise RuntimeError(f"no {n} free loopback ports in a row in 100 tries")
 
 
 class Workers(RouterProcess):
@@ -33,12 +56,16 @@ class Workers(RouterProcess):
 
     def __init__(self, n: int, *extra: str) -> None:
         self.n = n
-        self.http = free_port()
-        for k in range(1, n):  # keep the ports after it out of other tests' hands
-            assert free_port() != self.http + k
+        self.http = free_ports_in_a_row(n)
         super().__init__("W", "--workers", str(n), "--http", f"127.0.0.1:{self.http}",
                          "--reconnect-timeout", "30", "--log-level", "debug", *extra)
-        wait_for(lambda: all(self.joined(k) for k in range(n)), 20, "every worker joined")
+        try:
+            wait_for(lambda: all(self.joined(k) for k in range(n)) or self.proc.poll(), 20,
+                     "every worker joined")
+            assert self.proc.poll() is None, "the supervisor exited"
+        except AssertionError as err:
+            self.stop()
+            raise AssertionError(f"{err}; its log:\n{''.join(self.log[-60:])}") from None
 
     def health(self, k: int) -> dict:
         return fetch(HostPort("127.0.0.1", self.http + k), "/health", timeout=2)[1]
