@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import logging
 import random
+import socket
 import ssl
 from collections import deque
 from collections.abc import Callable
@@ -355,6 +356,15 @@ class PeerManager:
         self, host: str, port: int, *, task_status: Any = trio.TASK_STATUS_IGNORED
     ) -> None:
         listeners = await open_tcp_listeners(port, host)
+        task_status.started(listeners)
+        await trio.serve_listeners(self._serve_incoming, listeners)
+
+    async def listen_on(self, fd: int, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+        """Serve peers on a listening socket this process was handed (a worker of
+        `--workers`: its supervisor holds the socket, so its port stays the worker's across
+        restarts and nothing else can take it meanwhile)."""
+        sock = trio.socket.from_stdlib_socket(socket.socket(fileno=fd))
+        listeners = [trio.SocketListener(sock)]
         task_status.started(listeners)
         await trio.serve_listeners(self._serve_incoming, listeners)
 

@@ -128,7 +128,9 @@ class MeshRuntime:
                     await nursery.start(self.peers.listen, cfg.listen.host, cfg.listen.port)
                 except OSError as err:
                     raise ListenError("listen", cfg.listen, "peer routers", err) from err
-            if cfg.worker_listen is not None:
+            if cfg.worker_listen_fd >= 0:  # the socket the supervisor holds for us
+                await nursery.start(self.peers.listen_on, cfg.worker_listen_fd)
+            elif cfg.worker_listen is not None:
                 try:
                     await nursery.start(self.peers.listen, cfg.worker_listen.host,
                                         cfg.worker_listen.port)

@@ -78,6 +78,7 @@ class RouterConfig:
     # A worker's own loopback listener for the other workers of its host (router/workers.py
     # sets it; not an option).
     worker_listen: HostPort | None = None
+    worker_listen_fd: int = -1  # ... its listening socket, held open by the supervisor
     connect: tuple[HostPort, ...] = ()  # peer routers we connect to
     # A relay's uplinks (`exactmesh relay --mesh`): one link at a time, to the first of these
     # that answers, the next after a loss. No listener: a relay is a leaf of the mesh.
@@ -380,7 +381,7 @@ OPTIONS: dict[str, tuple[str, Any, str]] = {
     "tls-identity-as-username": ("tls_identity_as_username", _bool, "true or false"),
 }
 # Fields that are no option: what the worker supervisor sets for each worker.
-INTERNAL = {"worker_listen"}
+INTERNAL = {"worker_listen", "worker_listen_fd"}
 assert {f for f, _, _ in OPTIONS.values()} | INTERNAL == {f.name for f in fields(RouterConfig)}
 
 

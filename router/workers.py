@@ -6,9 +6,10 @@ supervisor of N routers (workers), each a whole router of the mesh:
 - they share the client ports (`--amqp`, `--mqtt`, their TLS twins) and the peer port
   (`--listen`): each opens its own socket with SO_REUSEPORT (router/listeners.py) and the
   kernel spreads new connections over them;
-- they form a mesh of their own over loopback: worker k listens on a loopback port of its
-  own and connects to every worker before it, so the mesh's guarantees hold between them
-  as between any routers. Each also connects to the `--connect` peers;
+- they form a mesh of their own over loopback: worker k listens on a loopback socket of
+  its own, which the supervisor opens and holds (so a worker started again has the same
+  port), and connects to every worker before it, so the mesh's guarantees hold between
+  them as between any routers. Each also connects to the `--connect` peers;
 - worker k is router `ID.k`; its status endpoint is at the `--http` (`--https`) port plus
   k; its relay store, if any, is the folder `worker-k` in `--relay-store`.
 
@@ -52,9 +53,10 @@ def worker_id(config: RouterConfig, k: int) -> str:
     return f"{config.id}.{k}"
 
 
-def worker_configs(config: RouterConfig, ports: list[int]) -> list[RouterConfig]:
+def worker_configs(config: RouterConfig, socks: list[socket.socket]) -> list[RouterConfig]:
     """Each worker's configuration: the shared one, with its own id, loopback listener,
     status port and relay store, and links to the workers before it."""
+    ports = [s.getsockname()[1] for s in socks]
     secret = config.cluster_secret
     if not (secret or config.cluster_secret_file):
         # Workers alone on this host (no --listen, no --connect): their links need a
@@ -65,7 +67,8 @@ def worker_configs(config: RouterConfig, ports: list[int]) -> list[RouterConfig]
         siblings = tuple(HostPort("127.0.0.1", p) for p in ports[:k])
         out.append(dataclasses.replace(
             config, id=worker_id(config, k), workers=1, cluster_secret=secret,
-            worker_listen=HostPort("127.0.0.1", port), connect=config.connect + siblings,
+            worker_listen=HostPort("127.0.0.1", port), worker_listen_fd=socks[k].fileno(),
+            connect=config.connect + siblings,
             http=_plus(config.http, k), https=_plus(config.https, k),
             relay_store=os.path.join(config.relay_store, f"worker-{k}")
             if config.relay_store else "",
@@ -79,18 +82,19 @@ def _plus(where: HostPort | None, k: int) -> HostPort | None:
     return HostPort(where.host, where.port + k)
 
 
-def loopback_ports(n: int) -> list[int]:
-    """n distinct free loopback ports (all held at once while they are picked)."""
+def loopback_listeners(n: int) -> list[socket.socket]:
+    """A listening loopback socket for each worker's links with the others. The supervisor
+    keeps them open for as long as it runs and each worker inherits its own, so a worker
+    started again listens on the same port and no other process can take it meanwhile
+    (connections that come while it is down wait in the backlog)."""
     socks = []
-    try:
-        for _ in range(n):
-            s = socket.socket()
-            s.bind(("127.0.0.1", 0))
-            socks.append(s)
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
+    for _ in range(n):
+        s = socket.socket()
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        s.bind(("127.0.0.1", 0))
+        s.listen(socket.SOMAXCONN)
+        socks.append(s)
+    return socks
 
 
 class Supervisor:
@@ -198,7 +202,12 @@ def run_workers(config: RouterConfig, run: RunRouter) -> int:
     if config.relay_store and os.path.isdir(config.relay_store):  # else: the store's error
         for k in range(config.workers):
             os.makedirs(os.path.join(config.relay_store, f"worker-{k}"), exist_ok=True)
-    configs = worker_configs(config, loopback_ports(config.workers))
+    socks = loopback_listeners(config.workers)
+    configs = worker_configs(config, socks)
     log.info("exactmesh router %s: %d workers (%s), sharing their ports", config.id,
              config.workers, ", ".join(c.id for c in configs))
-    return Supervisor(configs, run).run()
+    try:
+        return Supervisor(configs, run).run()
+    finally:
+        for s in socks:
+            s.close()
