@@ -21,6 +21,8 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
+from proton import Message
+
 from tests.harness import (
     EXACTMESH,
     ROOT,
@@ -324,6 +326,20 @@ def start_clients(*handlers: Any, timeout: float = 10.0) -> ClientThread:
             assert h.closed_condition is None, (
                 f"subscriber {h.name} refused: {h.closed_condition}")
     return client
+
+
+def holding_subscriber(url: str, container_id: str,
+                       topic_filter: str = "orders/#") -> tuple[Subscriber, ClientThread]:
+    """A subscriber that leaves every copy unanswered until `answer_held`, attached on a
+    client thread of its own: what it gets stays undecided (a stuck delivery)."""
+    holder = Subscriber(url, topic_filter, policy=lambda m, d: "hold", container_id=container_id)
+    return holder, start_clients(holder)
+
+
+def publish_one(url: str, topic: str = "orders/eu") -> tuple[Publisher, ClientThread]:
+    """One message to `topic`, from a publisher on a client thread of its own."""
+    pub = Publisher(url, topic, [Message(body="m1")])
+    return pub, start_clients(pub)
 
 
 def wait_outcomes(pub: Publisher, timeout: float = 30.0) -> None:

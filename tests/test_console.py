@@ -18,12 +18,9 @@ import time
 from pathlib import Path
 
 import pytest
-from proton import Message
 
-from .harness import Publisher as ProtonPublisher
-from .harness import Subscriber as ProtonSubscriber
 from .harness import free_port, wait_for
-from .mesh_harness import start_clients, start_mesh, stop_clients
+from .mesh_harness import holding_subscriber, publish_one, start_mesh, stop_clients
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (make test "
@@ -77,13 +74,10 @@ def test_the_console_shows_the_mesh_a_stuck_delivery_and_a_link_going_down(
         assert re.search(r'<span id="router">A</span>', page)
         shot(url, "mesh", tmp_path)
 
-        holder = ProtonSubscriber(mesh["C"].url, "orders/#", policy=lambda m, d: "hold",
-                                  container_id="audit")
-        clients = start_clients(holder)
+        holder, clients = holding_subscriber(mesh["C"].url, "audit")
         try:
             mesh["A"].wait_logged("knows subscriber audit/sub@C", 15)
-            pub = ProtonPublisher(mesh["A"].url, "orders/eu", [Message(body="m1")])
-            pub_client = start_clients(pub)
+            pub, pub_client = publish_one(mesh["A"].url)
             wait_for(lambda: len(holder.held) == 1, 10, "the copy at C")
             page = wait_for(lambda: (p := dom(url)) and 'class="stuck"' in p and p, 20,
                             "the stuck delivery on the page")

@@ -15,15 +15,13 @@ from pathlib import Path
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
-from proton import ConnectionException, Message
+from proton import ConnectionException
 from proton.utils import BlockingConnection
 
 from amqp_edge.client import Publisher, Subscriber
 
-from .harness import Publisher as ProtonPublisher
 from .harness import RouterProcess, free_port, wait_for
-from .harness import Subscriber as ProtonSubscriber
-from .mesh_harness import start_clients, start_mesh, stop_clients
+from .mesh_harness import holding_subscriber, publish_one, start_mesh, stop_clients
 
 
 def scrape(http: int) -> tuple[dict[tuple[str, tuple], float], str]:
@@ -92,15 +90,12 @@ def test_a_stuck_subscriber_shows_as_stuck_delayed_and_logged() -> None:
     """A subscriber that holds its copy unanswered: the delivery is stuck after
     `stuck-after`, logged naming that subscriber, and counted as delayed once decided."""
     with Router("--stuck-after", "0.5") as router:
-        holder = ProtonSubscriber(router.url, "orders/#", policy=lambda m, d: "hold",
-                                  container_id="slowpoke")
-        clients = start_clients(holder)
+        holder, clients = holding_subscriber(router.url, "slowpoke")
         try:
             wait_for(lambda: value(router.http, "exactmesh_links", role="subscriber") == 1, 10,
                      "the subscriber")
-            pub = ProtonPublisher(router.url, "orders/eu", [Message(body="m1")])
             published = time.monotonic()
-            pub_client = start_clients(pub)
+            pub, pub_client = publish_one(router.url)
             wait_for(lambda: value(router.http, "exactmesh_deliveries_stuck") == 1, 10,
                      "the delivery stuck")
             wait_for(lambda: router.logged("waiting for slowpoke/sub@A"), 10, "the warning")
@@ -161,14 +156,11 @@ def test_log_format_json_writes_one_object_per_line_with_the_router_id() -> None
     import json
 
     with Router("--log-format", "json", "--stuck-after", "0.3") as router:
-        holder = ProtonSubscriber(router.url, "orders/#", policy=lambda m, d: "hold",
-                                  container_id="slowpoke")
-        clients = start_clients(holder)
+        holder, clients = holding_subscriber(router.url, "slowpoke")
         try:
             wait_for(lambda: value(router.http, "exactmesh_links", role="subscriber") == 1, 10,
                      "the subscriber")
-            pub = ProtonPublisher(router.url, "orders/eu", [Message(body="m1")])
-            pub_client = start_clients(pub)
+            _, pub_client = publish_one(router.url)
             wait_for(lambda: router.logged("waiting for slowpoke/sub@A"), 10, "the warning")
             clients.call(lambda: holder.answer_held("accept"))
             stop_clients(pub_client)

@@ -6,12 +6,8 @@ from __future__ import annotations
 import json
 import subprocess
 
-from proton import Message
-
 from .harness import EXACTMESH, free_port, wait_for
-from .harness import Publisher as ProtonPublisher
-from .harness import Subscriber as ProtonSubscriber
-from .mesh_harness import start_clients, start_mesh, stop_clients
+from .mesh_harness import holding_subscriber, publish_one, start_mesh, stop_clients
 
 
 def stat(http: int, *args: str) -> subprocess.CompletedProcess[str]:
@@ -24,13 +20,10 @@ def test_stat_shows_routes_subscriptions_and_a_stuck_delivery_across_the_mesh() 
     extra = {r: ["--http", f"127.0.0.1:{p}"] for r, p in http.items()}
     with start_mesh("line", 3, extra=extra, common=["--stuck-after", "0.3"]) as mesh:
         mesh.wait_links_up()
-        holder = ProtonSubscriber(mesh["C"].url, "orders/#", policy=lambda m, d: "hold",
-                                  container_id="audit")
-        clients = start_clients(holder)
+        holder, clients = holding_subscriber(mesh["C"].url, "audit")
         try:
             mesh["A"].wait_logged("knows subscriber audit/sub@C", 15)
-            pub = ProtonPublisher(mesh["A"].url, "orders/eu", [Message(body="m1")])
-            pub_client = start_clients(pub)
+            pub, pub_client = publish_one(mesh["A"].url)
             wait_for(lambda: len(holder.held) == 1, 10, "the copy at C")
             wait_for(lambda: mesh["A"].logged("waiting for audit/sub@C"), 10, "stuck at A")
             run = stat(http["A"], "--mesh", "--json")
